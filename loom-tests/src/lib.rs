@@ -1,0 +1,1 @@
+//! Loom models live in `tests/`; this crate only exists to build logbus under `--cfg loom`.

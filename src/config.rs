@@ -1,0 +1,282 @@
+//! Topic configuration: partitions, segment size, producers, retention, overflow and waiting.
+
+use std::{fmt, sync::Arc, time::Duration};
+
+use crate::error::Error;
+
+/// How many threads may publish to a topic at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Producers {
+    /// Any number of producers (the default): offsets are reserved with one `fetch_add`.
+    #[default]
+    Multi,
+    /// One producer at a time, through one [`Producer`](crate::Producer) handle: offsets are reserved
+    /// with no read-modify-write at all and published with a watermark. Fastest path.
+    Single,
+}
+
+/// What a publisher does when a bounded topic has no room because a subscriber lags.
+///
+/// Room is counted in records: `Block` and `Reject` need [`TopicConfig::max_records`], and a record
+/// counts against it until every attached reader has read it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Overflow {
+    /// Retention trims old segments whether or not a reader has read them (the default). A reader
+    /// that falls behind the retained range is told `Lagged(n)` and continues at the oldest record.
+    #[default]
+    DropOldest,
+    /// The publisher waits (spin, then park) until the slowest attached reader frees room. A reader
+    /// that is dropped stops holding publishers back.
+    Block,
+    /// The publish fails with [`PublishError::Full`](crate::PublishError::Full) and hands the value
+    /// back.
+    Reject,
+}
+
+/// How a blocked reader (or a publisher blocked by [`Overflow::Block`]) waits.
+///
+/// It first polls at a flat short interval (`spin_polls` checks, each followed by one CPU spin hint),
+/// then yields its time slice for up to `yield_for`, then parks on its own futex word and costs no
+/// CPU until a publisher wakes it. With `yield_after_batch`, a reader that runs dry right after
+/// taking records yields once before polling, which lets readers that share a core take turns.
+///
+/// The defaults were measured on a 2-core VM (see the README): polling lands a record paced every
+/// 2 µs within ~100 ns; yielding before parking avoids the ~19 µs futex wake-up for records paced up
+/// to ~100 µs apart, while an idle reader still goes to sleep within a fraction of a millisecond.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WaitStrategy {
+    pub(crate) spin_polls: u32,
+    pub(crate) yield_for: Duration,
+    pub(crate) yield_after_batch: bool,
+}
+
+impl Default for WaitStrategy {
+    fn default() -> Self {
+        WaitStrategy {
+            spin_polls: 512,
+            yield_for: Duration::from_micros(200),
+            yield_after_batch: true,
+        }
+    }
+}
+
+impl WaitStrategy {
+    /// Number of flat polls before yielding (0: go straight to yielding).
+    pub fn spin_polls(mut self, n: u32) -> Self {
+        self.spin_polls = n;
+        self
+    }
+
+    /// How long to keep yielding before parking (zero: park right after polling).
+    pub fn yield_for(mut self, d: Duration) -> Self {
+        self.yield_for = d;
+        self
+    }
+
+    /// Whether a reader yields once when it runs dry right after taking records.
+    pub fn yield_after_batch(mut self, yes: bool) -> Self {
+        self.yield_after_batch = yes;
+        self
+    }
+
+    /// Park as soon as nothing is ready: lowest CPU use, highest latency.
+    pub fn park_at_once() -> Self {
+        WaitStrategy { spin_polls: 0, yield_for: Duration::ZERO, yield_after_batch: false }
+    }
+}
+
+/// The size of a record in bytes, as the user counts it, for byte retention.
+pub type SizeFn<T> = Arc<dyn Fn(&T) -> usize + Send + Sync>;
+
+/// The configuration of a topic. Every partition of the topic shares it.
+///
+/// ```
+/// use logbus::{Overflow, TopicConfig};
+/// let config = TopicConfig::<u64>::default()
+///     .partitions(4)
+///     .max_records(1 << 20)
+///     .overflow(Overflow::Block);
+/// assert_eq!(config.partition_count(), 4);
+/// ```
+pub struct TopicConfig<T> {
+    pub(crate) partitions: u32,
+    pub(crate) segment_size: usize,
+    pub(crate) producers: Producers,
+    pub(crate) max_records: Option<u64>,
+    pub(crate) max_bytes: Option<(u64, SizeFn<T>)>,
+    pub(crate) max_age: Option<Duration>,
+    pub(crate) overflow: Overflow,
+    pub(crate) wait: WaitStrategy,
+}
+
+/// Default segment length in slots: 2^10 and 2^12 performed alike here, and the smaller one keeps a
+/// segment of 8-byte values well under glibc's 128 KiB mmap threshold.
+pub const DEFAULT_SEGMENT_SIZE: usize = 1024;
+
+/// The largest segment length accepted (2^24 slots).
+pub const MAX_SEGMENT_SIZE: usize = 1 << 24;
+
+/// The most partitions a topic may have.
+pub const MAX_PARTITIONS: u32 = 4096;
+
+impl<T> Default for TopicConfig<T> {
+    fn default() -> Self {
+        TopicConfig {
+            partitions: 1,
+            segment_size: DEFAULT_SEGMENT_SIZE,
+            producers: Producers::Multi,
+            max_records: None,
+            max_bytes: None,
+            max_age: None,
+            overflow: Overflow::DropOldest,
+            wait: WaitStrategy::default(),
+        }
+    }
+}
+
+impl<T> Clone for TopicConfig<T> {
+    fn clone(&self) -> Self {
+        TopicConfig {
+            partitions: self.partitions,
+            segment_size: self.segment_size,
+            producers: self.producers,
+            max_records: self.max_records,
+            max_bytes: self.max_bytes.as_ref().map(|(n, f)| (*n, Arc::clone(f))),
+            max_age: self.max_age,
+            overflow: self.overflow,
+            wait: self.wait,
+        }
+    }
+}
+
+impl<T> fmt::Debug for TopicConfig<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TopicConfig")
+            .field("partitions", &self.partitions)
+            .field("segment_size", &self.segment_size)
+            .field("producers", &self.producers)
+            .field("max_records", &self.max_records)
+            .field("max_bytes", &self.max_bytes.as_ref().map(|(n, _)| *n))
+            .field("max_age", &self.max_age)
+            .field("overflow", &self.overflow)
+            .field("wait", &self.wait)
+            .finish()
+    }
+}
+
+/// Two configurations are equal when every setting is; size functions are equal when they are the
+/// same `Arc` (closures cannot be compared otherwise).
+impl<T> PartialEq for TopicConfig<T> {
+    fn eq(&self, other: &Self) -> bool {
+        let bytes_eq = match (&self.max_bytes, &other.max_bytes) {
+            (None, None) => true,
+            (Some((a, f)), Some((b, g))) => a == b && Arc::ptr_eq(f, g),
+            _ => false,
+        };
+        self.partitions == other.partitions
+            && self.segment_size == other.segment_size
+            && self.producers == other.producers
+            && self.max_records == other.max_records
+            && bytes_eq
+            && self.max_age == other.max_age
+            && self.overflow == other.overflow
+            && self.wait == other.wait
+    }
+}
+
+impl<T> TopicConfig<T> {
+    /// Number of partitions (default 1; at most [`MAX_PARTITIONS`]).
+    pub fn partitions(mut self, n: u32) -> Self {
+        self.partitions = n;
+        self
+    }
+
+    /// Slots per segment: a power of two from 2 to [`MAX_SEGMENT_SIZE`] (default
+    /// [`DEFAULT_SEGMENT_SIZE`]). Retention trims whole segments.
+    pub fn segment_size(mut self, slots: usize) -> Self {
+        self.segment_size = slots;
+        self
+    }
+
+    /// One producer at a time ([`Producers::Single`]) or many (the default).
+    pub fn producers(mut self, p: Producers) -> Self {
+        self.producers = p;
+        self
+    }
+
+    /// Shorthand for `producers(Producers::Single)`.
+    pub fn single_producer(self) -> Self {
+        self.producers(Producers::Single)
+    }
+
+    /// Keep at least the newest `n` records of each partition and trim whole segments older than
+    /// that (so between `n` and `n + segment_size` are kept). Also the capacity for `Block`/`Reject`.
+    pub fn max_records(mut self, n: u64) -> Self {
+        self.max_records = Some(n);
+        self
+    }
+
+    /// Trim the oldest segments while a partition holds more than `n` bytes, each record counted
+    /// by `size_of` (called before the record is reserved, never inside the engine). A single record
+    /// larger than `n` is refused with [`PublishError::TooLarge`](crate::PublishError::TooLarge).
+    pub fn max_bytes(mut self, n: u64, size_of: impl Fn(&T) -> usize + Send + Sync + 'static) -> Self {
+        self.max_bytes = Some((n, Arc::new(size_of)));
+        self
+    }
+
+    /// Trim segments whose newest record is older than `age`, checked whenever a partition starts a
+    /// new segment.
+    pub fn max_age(mut self, age: Duration) -> Self {
+        self.max_age = Some(age);
+        self
+    }
+
+    /// The slow-subscriber policy (default [`Overflow::DropOldest`]).
+    pub fn overflow(mut self, policy: Overflow) -> Self {
+        self.overflow = policy;
+        self
+    }
+
+    /// How blocked readers and publishers wait.
+    pub fn wait(mut self, strategy: WaitStrategy) -> Self {
+        self.wait = strategy;
+        self
+    }
+
+    /// The configured number of partitions.
+    pub fn partition_count(&self) -> u32 {
+        self.partitions
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), Error> {
+        let bad = |why: &'static str| Err(Error::InvalidConfig(why));
+        if self.partitions == 0 {
+            return bad("a topic needs at least one partition");
+        }
+        if self.partitions > MAX_PARTITIONS {
+            return bad("too many partitions (at most 4096)");
+        }
+        if !self.segment_size.is_power_of_two() || self.segment_size < 2 {
+            return bad("segment size must be a power of two, at least 2");
+        }
+        if self.segment_size > MAX_SEGMENT_SIZE {
+            return bad("segment size too large (at most 2^24 slots)");
+        }
+        if self.max_records == Some(0) {
+            return bad("max_records must be at least 1");
+        }
+        if let Some((0, _)) = self.max_bytes {
+            return bad("max_bytes must be at least 1");
+        }
+        if self.max_age == Some(Duration::ZERO) {
+            return bad("max_age must be more than zero");
+        }
+        if matches!(self.overflow, Overflow::Block | Overflow::Reject) && self.max_records.is_none() {
+            return bad("Block and Reject need a capacity: set max_records");
+        }
+        if self.max_records.is_some_and(|n| n > (1 << 62)) {
+            return bad("max_records too large");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,875 @@
+//! One partition's append-only log.
+//!
+//! # Algorithm
+//! Offsets are dense `u64`s. Offset `o` lives in segment `o >> shift`, slot `o & mask`; segments
+//! are found through the [`Directory`] in O(1), so replay and seek cost the same as reading the head.
+//!
+//! Publishing is reserve, write, publish:
+//! - **Multi-producer**: reserve with one `fetch_add(n)` on the cache-padded `tail`, write the value
+//!   and metadata, then store the slot's stamp (`offset + 1`) with Release.
+//! - **Single-producer**: the one [`Writer`] keeps the tail privately, writes, then stores the
+//!   `watermark` (every offset below it is published) with Release. No read-modify-write at all.
+//!
+//! No user code runs between reserving and publishing (I6): sizes and key hashes are computed
+//! before the reservation and batches are collected first, so a panicking iterator reserves nothing.
+//!
+//! A writer that enters segment `i` makes sure segment `i + 1` is installed (allocated ahead, from
+//! the pool), and the same admin step applies retention: whole segments are unlinked from the
+//! directory and their directory reference is released through crossbeam-epoch (I4).
+//!
+//! Readers park on their own futex word. A publisher reads the `state` word once after publishing;
+//! when no reader is parked it does no wake-up work at all (I5). See [`crate::sync`] for why the
+//! handshake needs a barrier on both sides and how the cost sits on the parking side.
+//!
+//! # Invariants
+//! - I1: `tail` hands out each offset once (`fetch_add`), or the single writer advances privately.
+//! - I2: a slot is read only after an Acquire load saw its stamp, or a watermark above it.
+//! - I4: a segment's values are dropped once, when its last reference goes (see `segment`).
+//! - `start` only grows, always a segment boundary (or the initial 0), and `start <= end`.
+//!
+//! # Orderings
+//! - `tail.fetch_add` / `compare_exchange`: Relaxed. Atomicity alone makes offsets unique; the slot's
+//!   contents are published by the stamp, not by the tail. `fetch_or(TAIL_CLOSED)` in `close` is
+//!   SeqCst so that every later reservation sees it (RMWs on one word are totally ordered anyway).
+//! - stamps / `watermark`: Release store after writing, Acquire load before reading (I2).
+//! - `state` (parked readers, blocked producers, closed): increments by a waiter are SeqCst RMWs
+//!   followed by `heavy_barrier`; the publisher's load is Acquire after `light_barrier`, so if it
+//!   sees a parked count it also sees the reader's PARKED word (stored before the increment).
+//! - `start`: Release store after unlinking trimmed segments; Acquire load by readers.
+//! - `installed`: Release store after the directory entry; Acquire load before a lookup.
+//! - `final_end`: stored (Release) before `state` gets `FINAL`; readers load `state` with Acquire.
+//! - cursor positions: Release by the reader after it is done with the records below; Acquire by
+//!   publishers computing room.
+
+pub(crate) mod directory;
+pub(crate) mod segment;
+
+use std::time::Instant;
+
+use crate::{
+    clock,
+    config::{Overflow, SizeFn, TopicConfig, WaitStrategy},
+    error::{Error, PublishError},
+    sync::{
+        heavy_barrier, init_barriers, light_barrier, lock, spin_hint, yield_now, Arc, ArcSwap,
+        AtomicBool, AtomicU64, CachePadded, Epoch, Futex, Guard, Mutex, Ordering,
+    },
+};
+use directory::Directory;
+use segment::{Meta, Pool, SegRef, Segment};
+
+/// `tail` bit 63: the log is closed; reservations that see it fail.
+const TAIL_CLOSED: u64 = 1 << 63;
+
+/// `state` bits 0..24: number of parked readers.
+const PARKED_ONE: u64 = 1;
+const PARKED_MASK: u64 = (1 << 24) - 1;
+/// `state` bits 24..48: number of publishers parked by `Overflow::Block`.
+const BLOCKED_ONE: u64 = 1 << 24;
+const BLOCKED_MASK: u64 = ((1 << 24) - 1) << 24;
+/// `state` bit 62: `final_end` holds the last offset + 1 ever published.
+const FINAL: u64 = 1 << 62;
+/// `state` bit 63: the log is closed; nothing more may be published.
+const CLOSED: u64 = 1 << 63;
+
+/// A cursor's futex word values.
+pub(crate) const RUNNING: u32 = 0;
+pub(crate) const PARKED: u32 = 1;
+
+/// How many segments a log keeps for reuse.
+const POOL_KEEP: usize = 4;
+
+/// The shared part of a reader: its position and its futex word, on their own cache line.
+#[derive(Debug)]
+pub(crate) struct Cursor {
+    /// The next offset the reader will deliver; everything below was handed out. See Orderings.
+    pub(crate) pos: AtomicU64,
+    /// `PARKED` while the reader sleeps (or is about to), `RUNNING` otherwise.
+    pub(crate) futex: Futex,
+}
+
+pub(crate) type CursorRef = Arc<CachePadded<Cursor>>;
+
+struct Admin {
+    /// Index of the oldest segment still in the directory.
+    oldest: u64,
+}
+
+/// One partition's log.
+pub(crate) struct Log<T> {
+    shift: u32,
+    mask: u64,
+    single: bool,
+    /// Multi-producer: next offset to reserve, bit 63 `TAIL_CLOSED`. Single-producer: where the
+    /// next writer continues (stored when a writer lets go).
+    tail: CachePadded<AtomicU64>,
+    /// Single-producer: every offset below is published.
+    watermark: CachePadded<AtomicU64>,
+    /// Parked readers, blocked publishers, `FINAL` and `CLOSED` (see the constants).
+    state: CachePadded<AtomicU64>,
+    /// First retained offset.
+    start: CachePadded<AtomicU64>,
+    /// One past the newest installed segment index.
+    installed: AtomicU64,
+    /// After close: one past the last published offset.
+    final_end: AtomicU64,
+    /// A lower bound of the slowest reader's position (Block/Reject), refreshed when room runs out.
+    min_read: AtomicU64,
+    /// Bytes retained (byte retention only).
+    total_bytes: AtomicU64,
+    /// Single-producer: a writer holds the producer role.
+    writer_claimed: AtomicBool,
+    /// Publishers blocked by `Overflow::Block` sleep here; readers bump it when they make room.
+    space: Futex,
+    admin: Mutex<Admin>,
+    readers: ArcSwap<Vec<CursorRef>>,
+    dir: Directory<T>,
+    pool: Arc<Pool<T>>,
+    epoch: Epoch,
+    max_records: Option<u64>,
+    max_bytes: Option<(u64, SizeFn<T>)>,
+    max_age_nanos: Option<u64>,
+    overflow: Overflow,
+    pub(crate) wait: WaitStrategy,
+}
+
+/// A raw segment pointer moved into an epoch-deferred release.
+struct Retired<T>(*const Segment<T>);
+// SAFETY: the pointer stands for one owned reference to a `Send + Sync` segment; releasing it on
+// another thread is what `SegRef`'s `Send` already allows.
+unsafe impl<T: Send + Sync> Send for Retired<T> {}
+
+impl<T: Send + Sync + 'static> Log<T> {
+    pub(crate) fn new(config: &TopicConfig<T>) -> Self {
+        init_barriers();
+        let size = config.segment_size;
+        let shift = size.trailing_zeros();
+        let single = config.producers == crate::config::Producers::Single;
+        let log = Log {
+            shift,
+            mask: size as u64 - 1,
+            single,
+            tail: CachePadded::new(AtomicU64::new(0)),
+            watermark: CachePadded::new(AtomicU64::new(0)),
+            state: CachePadded::new(AtomicU64::new(0)),
+            start: CachePadded::new(AtomicU64::new(0)),
+            installed: AtomicU64::new(0),
+            final_end: AtomicU64::new(0),
+            min_read: AtomicU64::new(0),
+            total_bytes: AtomicU64::new(0),
+            writer_claimed: AtomicBool::new(false),
+            space: Futex::new(0),
+            admin: Mutex::new(Admin { oldest: 0 }),
+            readers: ArcSwap::from_pointee(Vec::new()),
+            dir: Directory::new(shift),
+            pool: Pool::new(size, !single, POOL_KEEP),
+            epoch: Epoch::new(),
+            max_records: config.max_records,
+            max_bytes: config.max_bytes.clone(),
+            max_age_nanos: config.max_age.map(|d| d.as_nanos().min(u64::MAX as u128) as u64),
+            overflow: config.overflow,
+            wait: config.wait,
+        };
+        log.prepare(0);
+        log
+    }
+
+    #[inline]
+    pub(crate) fn segment_size(&self) -> u64 {
+        self.mask + 1
+    }
+
+    pub(crate) fn size_fn(&self) -> Option<&SizeFn<T>> {
+        self.max_bytes.as_ref().map(|(_, f)| f)
+    }
+
+    // -------------------------------------------------------------------------------------------
+    // Positions.
+
+    /// First retained offset.
+    pub(crate) fn start(&self) -> u64 {
+        // Acquire: pairs with the Release store in `trim`.
+        self.start.load(Ordering::Acquire)
+    }
+
+    /// One past the newest offset reserved (multi) or published (single); `final_end` once closed.
+    pub(crate) fn end(&self) -> u64 {
+        // Acquire: see Orderings (`final_end` is valid once FINAL is seen).
+        if self.state.load(Ordering::Acquire) & FINAL != 0 {
+            return self.final_end.load(Ordering::Acquire);
+        }
+        if self.single {
+            // Acquire: pairs with the writer's Release store.
+            self.watermark.load(Ordering::Acquire)
+        } else {
+            // Relaxed: only a position; nothing is read through it.
+            self.tail.load(Ordering::Relaxed) & !TAIL_CLOSED
+        }
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        // Acquire: a reader that sees CLOSED then reads what was published before it.
+        self.state.load(Ordering::Acquire) & CLOSED != 0
+    }
+
+    /// `Some(end)` when the log is closed and `end` is final.
+    #[inline]
+    pub(crate) fn final_end(&self) -> Option<u64> {
+        // Acquire: see Orderings.
+        if self.state.load(Ordering::Acquire) & FINAL != 0 {
+            Some(self.final_end.load(Ordering::Acquire))
+        } else {
+            None
+        }
+    }
+
+    // -------------------------------------------------------------------------------------------
+    // Segments.
+
+    /// A counted reference to segment `index`, if it is installed and retained.
+    pub(crate) fn acquire(&self, index: u64) -> Option<SegRef<T>> {
+        // Acquire: pairs with the Release store in `prepare`, so the entry is in the directory.
+        if index >= self.installed.load(Ordering::Acquire) {
+            return None;
+        }
+        let guard = self.epoch.pin();
+        let seg = self.dir.get(index, &guard)?;
+        // SAFETY: loaded from the directory while pinned, so alive (see `segment`'s Lifetime).
+        unsafe { seg.retain() };
+        // SAFETY: we just took the reference we hand over.
+        Some(unsafe { SegRef::from_owned(seg) })
+    }
+
+    /// Called when a writer enters segment `index`: installs it and the next one if needed, and
+    /// applies retention. Takes the admin lock only when a segment must be installed.
+    pub(crate) fn prepare(&self, index: u64) {
+        // Acquire: pairs with the Release store below.
+        if self.installed.load(Ordering::Acquire) > index + 1 {
+            return;
+        }
+        let mut admin = lock(&self.admin);
+        let guard = self.epoch.pin();
+        // Relaxed: `installed` is only stored under the admin lock we hold.
+        let mut next = self.installed.load(Ordering::Relaxed);
+        while next <= index + 1 {
+            let seg = self.pool.take(next << self.shift);
+            self.dir.install(next, admin.oldest, seg, &guard);
+            next += 1;
+            // Release: the directory entry is stored before lookups may ask for it.
+            self.installed.store(next, Ordering::Release);
+        }
+        self.trim(&mut admin, &guard);
+    }
+
+    /// Unlinks whole segments that retention no longer keeps. Caller holds the admin lock.
+    fn trim(&self, admin: &mut Admin, guard: &Guard) {
+        if self.max_records.is_none() && self.max_bytes.is_none() && self.max_age_nanos.is_none() {
+            return;
+        }
+        let end = self.end();
+        let head = end >> self.shift;
+        let gate = match self.overflow {
+            Overflow::DropOldest => u64::MAX,
+            Overflow::Block | Overflow::Reject => self.slowest_reader().unwrap_or(u64::MAX),
+        };
+        let now = if self.max_age_nanos.is_some() { clock::now_nanos() } else { 0 };
+        let mut trimmed_to = None;
+        while admin.oldest < head {
+            let index = admin.oldest;
+            let seg_end = (index + 1) << self.shift;
+            if seg_end > gate {
+                break;
+            }
+            let Some(seg) = self.dir.get(index, guard) else { break };
+            let by_count = self.max_records.is_some_and(|n| end - seg_end >= n);
+            // Relaxed: `total_bytes` is a statistic-like counter; a stale value trims one segment
+            // later or earlier, never unsafely.
+            let by_bytes = self
+                .max_bytes
+                .as_ref()
+                .is_some_and(|(n, _)| self.total_bytes.load(Ordering::Relaxed) > *n);
+            let by_age = self.max_age_nanos.is_some_and(|age| {
+                let last = seg.len() - 1;
+                self.slot_published(seg, last)
+                    // SAFETY: the slot is published (checked just above) and the segment is
+                    // alive while we are pinned.
+                    && now.saturating_sub(unsafe { seg.meta(last) }.timestamp_nanos()) > age
+            });
+            if !(by_count || by_bytes || by_age) {
+                break;
+            }
+            let ptr = self.dir.remove(index, guard);
+            debug_assert_eq!(ptr as *const Segment<T>, seg as *const Segment<T>);
+            // Relaxed: see `by_bytes`.
+            self.total_bytes.fetch_sub(seg.bytes().load(Ordering::Relaxed), Ordering::Relaxed);
+            admin.oldest += 1;
+            trimmed_to = Some(seg_end);
+            let retired = Retired(ptr as *const Segment<T>);
+            // SAFETY: the segment is unlinked; pinned threads may still use it, so the directory's
+            // reference is released only after every current pin ends. The closure owns that one
+            // reference and is `Send` (see `Retired`).
+            unsafe {
+                guard.defer_unchecked(move || {
+                    let retired = retired;
+                    Segment::release(retired.0)
+                })
+            };
+        }
+        if let Some(new_start) = trimmed_to {
+            // Release: the unlinks above are ordered before readers see the new start.
+            self.start.store(new_start, Ordering::Release);
+        }
+    }
+
+    /// Whether slot `i` of `seg` is published.
+    #[inline]
+    fn slot_published(&self, seg: &Segment<T>, i: usize) -> bool {
+        let offset = seg.base() + i as u64;
+        if self.single {
+            // Acquire: pairs with the writer's Release store of the watermark.
+            offset < self.watermark.load(Ordering::Acquire)
+        } else {
+            // Acquire: pairs with the writer's Release store of the stamp (I2).
+            seg.stamp(i).load(Ordering::Acquire) == offset + 1
+        }
+    }
+
+    /// One past the last published offset of a contiguous run in `seg` starting at `from`, looking
+    /// at most `limit` slots ahead.
+    #[inline]
+    pub(crate) fn ready_end(&self, seg: &Segment<T>, from: u64, limit: u64) -> u64 {
+        let seg_end = seg.base() + seg.len() as u64;
+        let cap = seg_end.min(from.saturating_add(limit));
+        if self.single {
+            // Acquire: pairs with the writer's Release store of the watermark (I2).
+            self.watermark.load(Ordering::Acquire).min(cap)
+        } else {
+            let mut o = from;
+            // Acquire: pairs with each writer's Release store of the stamp (I2).
+            while o < cap && seg.stamp((o - seg.base()) as usize).load(Ordering::Acquire) == o + 1 {
+                o += 1;
+            }
+            o
+        }
+    }
+
+    /// Timestamp of a published offset, if it is retained and published.
+    fn timestamp_at(&self, offset: u64) -> Option<u64> {
+        let seg = self.acquire(offset >> self.shift)?;
+        let i = (offset & self.mask) as usize;
+        // SAFETY: published (checked first) and we hold a reference.
+        self.slot_published(&seg, i).then(|| unsafe { seg.meta(i) }.timestamp_nanos())
+    }
+
+    /// The first retained offset whose timestamp is at or after `t` (the end if none): a binary
+    /// search, which assumes timestamps follow offsets (true for one producer; with several, up to
+    /// the clock's resolution).
+    pub(crate) fn offset_for_time(&self, t_nanos: u64) -> u64 {
+        let (mut lo, mut hi) = (self.start(), self.end());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match self.timestamp_at(mid) {
+                Some(ts) if ts < t_nanos => lo = mid + 1,
+                _ => hi = mid,
+            }
+        }
+        lo
+    }
+
+    // -------------------------------------------------------------------------------------------
+    // Readers.
+
+    pub(crate) fn register(&self, pos: u64) -> CursorRef {
+        let cursor = Arc::new(CachePadded::new(Cursor {
+            pos: AtomicU64::new(pos),
+            futex: Futex::new(RUNNING),
+        }));
+        let _admin = lock(&self.admin);
+        let mut list = Vec::clone(&self.readers.load());
+        list.push(Arc::clone(&cursor));
+        self.readers.store(std::sync::Arc::new(list));
+        // Relaxed: a hint; the next room check recomputes from the cursors.
+        self.min_read.store(0, Ordering::Relaxed);
+        cursor
+    }
+
+    pub(crate) fn deregister(&self, cursor: &CursorRef) {
+        {
+            let _admin = lock(&self.admin);
+            let mut list = Vec::clone(&self.readers.load());
+            list.retain(|c| !Arc::ptr_eq(c, cursor));
+            self.readers.store(std::sync::Arc::new(list));
+        }
+        self.made_room();
+    }
+
+    /// A reader moved its cursor (forward or by seek).
+    pub(crate) fn moved(&self, cursor: &Cursor, pos: u64) {
+        // Release: see Orderings (cursor positions).
+        cursor.pos.store(pos, Ordering::Release);
+        if self.overflow == Overflow::Block {
+            self.made_room();
+        }
+    }
+
+    /// Wakes publishers blocked by `Overflow::Block`, if any.
+    fn made_room(&self) {
+        light_barrier();
+        // Acquire: see Orderings (`state`).
+        if self.state.load(Ordering::Acquire) & BLOCKED_MASK != 0 {
+            // Release: the new word value tells sleeping publishers to re-check.
+            self.space.word().fetch_add(1, Ordering::Release);
+            self.space.wake_all();
+        }
+    }
+
+    fn slowest_reader(&self) -> Option<u64> {
+        // Acquire: pairs with the readers' Release stores of their positions.
+        self.readers.load().iter().map(|c| c.pos.load(Ordering::Acquire)).min()
+    }
+
+    /// Parks the calling reader until a publisher wakes it, `ready()` holds, or `deadline` passes.
+    /// `ready` is the reader's re-check; it runs after the reader announced itself (I5).
+    pub(crate) fn park<R>(
+        &self,
+        cursor: &Cursor,
+        deadline: Option<Instant>,
+        mut ready: impl FnMut() -> Option<R>,
+    ) -> Option<R> {
+        // Relaxed: published by the SeqCst increment that follows (see Orderings).
+        cursor.futex.word().store(PARKED, Ordering::Relaxed);
+        self.state.fetch_add(PARKED_ONE, Ordering::SeqCst);
+        heavy_barrier();
+        let found = ready();
+        if found.is_none() {
+            match deadline {
+                None => cursor.futex.wait(PARKED),
+                Some(d) => {
+                    let now = Instant::now();
+                    if d > now {
+                        cursor.futex.wait_timeout(PARKED, d - now);
+                    }
+                }
+            }
+        }
+        // Relaxed: only this reader and waking publishers touch the word; it carries no data.
+        cursor.futex.word().store(RUNNING, Ordering::Relaxed);
+        self.state.fetch_sub(PARKED_ONE, Ordering::Relaxed);
+        found
+    }
+
+    /// After a publish: wakes parked readers, and does nothing else when there are none.
+    #[inline]
+    fn wake(&self) {
+        light_barrier();
+        // Acquire: see Orderings (`state`).
+        let s = self.state.load(Ordering::Acquire);
+        if s & PARKED_MASK != 0 {
+            self.wake_readers();
+        }
+    }
+
+    #[cold]
+    fn wake_readers(&self) {
+        for c in self.readers.load().iter() {
+            let word = c.futex.word();
+            // Relaxed: the word carries no data; the reader re-checks the log with Acquire loads.
+            if word.load(Ordering::Relaxed) == PARKED && word.swap(RUNNING, Ordering::Relaxed) == PARKED
+            {
+                c.futex.wake_one();
+            }
+        }
+    }
+
+    // -------------------------------------------------------------------------------------------
+    // Publishing.
+
+    /// Whether `n` more records fit before the slowest reader under Block/Reject.
+    fn has_room(&self, end: u64, n: u64) -> bool {
+        let Some(cap) = self.max_records else { return true };
+        // Relaxed: a lower bound only; refreshed from the cursors below when it says no.
+        let cached = self.min_read.load(Ordering::Relaxed);
+        if end + n <= cached.saturating_add(cap) {
+            return true;
+        }
+        match self.slowest_reader() {
+            None => true,
+            Some(min) => {
+                self.min_read.store(min, Ordering::Relaxed);
+                end + n <= min.saturating_add(cap)
+            }
+        }
+    }
+
+    /// Waits until `n` records fit (Block). `end` reads the current end.
+    fn wait_for_room(&self, n: u64, end: impl Fn() -> u64) -> Result<(), Closedish> {
+        let mut polls = 0u32;
+        let mut yield_since: Option<Instant> = None;
+        loop {
+            if self.is_closed() {
+                return Err(Closedish);
+            }
+            if self.has_room(end(), n) {
+                return Ok(());
+            }
+            if polls < self.wait.spin_polls {
+                polls += 1;
+                spin_hint();
+                continue;
+            }
+            let since = *yield_since.get_or_insert_with(Instant::now);
+            if since.elapsed() < self.wait.yield_for {
+                yield_now();
+                continue;
+            }
+            // Acquire: the value we sleep on; any later bump by a reader makes the wait return.
+            let seq = self.space.word().load(Ordering::Acquire);
+            self.state.fetch_add(BLOCKED_ONE, Ordering::SeqCst);
+            heavy_barrier();
+            if !self.is_closed() && !self.has_room(end(), n) {
+                self.space.wait(seq);
+            }
+            self.state.fetch_sub(BLOCKED_ONE, Ordering::Relaxed);
+        }
+    }
+
+    /// Reserves `n` offsets for a multi-producer publish; applies the overflow policy.
+    fn reserve_multi(&self, n: u64) -> Result<u64, Refusal> {
+        if let Some(cap) = self.max_records {
+            if self.overflow != Overflow::DropOldest && n > cap {
+                return Err(Refusal::TooLarge);
+            }
+        }
+        match self.overflow {
+            Overflow::DropOldest => {}
+            Overflow::Block => {
+                // Relaxed: a position for the room check only.
+                self.wait_for_room(n, || self.tail.load(Ordering::Relaxed) & !TAIL_CLOSED)
+                    .map_err(|_| Refusal::Closed)?;
+            }
+            Overflow::Reject => {
+                // Relaxed: see Orderings (`tail`).
+                let mut t = self.tail.load(Ordering::Relaxed);
+                loop {
+                    if t & TAIL_CLOSED != 0 {
+                        return Err(Refusal::Closed);
+                    }
+                    if !self.has_room(t, n) {
+                        return Err(Refusal::Full);
+                    }
+                    match self.tail.compare_exchange_weak(
+                        t,
+                        t + n,
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    ) {
+                        Ok(_) => return Ok(t),
+                        Err(actual) => t = actual,
+                    }
+                }
+            }
+        }
+        // Relaxed: see Orderings (`tail`).
+        let t = self.tail.fetch_add(n, Ordering::Relaxed);
+        if t & TAIL_CLOSED != 0 {
+            return Err(Refusal::Closed);
+        }
+        Ok(t)
+    }
+
+    /// Checks a single-producer publish of `n` records at `next` against close and overflow.
+    fn admit_single(&self, next: u64, n: u64) -> Result<(), Refusal> {
+        // Relaxed: the closed flag only; see `close` for the race this leaves on single-producer
+        // logs.
+        if self.state.load(Ordering::Relaxed) & CLOSED != 0 {
+            return Err(Refusal::Closed);
+        }
+        if let Some(cap) = self.max_records {
+            if self.overflow != Overflow::DropOldest && n > cap {
+                return Err(Refusal::TooLarge);
+            }
+        }
+        match self.overflow {
+            Overflow::DropOldest => Ok(()),
+            Overflow::Block => self.wait_for_room(n, || next).map_err(|_| Refusal::Closed),
+            Overflow::Reject if self.has_room(next, n) => Ok(()),
+            Overflow::Reject => Err(Refusal::Full),
+        }
+    }
+
+    /// Claims the single-producer role.
+    pub(crate) fn claim_writer(&self) -> Result<Writer<T>, Error> {
+        if !self.single {
+            return Ok(Writer { seg: None, next: 0 });
+        }
+        // Acquire: pairs with the Release in `release_writer`: we continue where it stopped.
+        if self.writer_claimed.swap(true, Ordering::Acquire) {
+            return Err(Error::ProducerInUse);
+        }
+        // Relaxed: ordered by the Acquire swap above.
+        Ok(Writer { seg: None, next: self.tail.load(Ordering::Relaxed) })
+    }
+
+    /// Gives the single-producer role back.
+    pub(crate) fn release_writer(&self, w: &mut Writer<T>) {
+        if let Some(seg) = w.seg.take() {
+            if self.single {
+                seg.set_filled((w.next - seg.base()).min(seg.len() as u64) as usize);
+            }
+        }
+        if self.single {
+            // Relaxed: published by the Release swap below.
+            self.tail.store(w.next, Ordering::Relaxed);
+            // Release: the next claimant sees our tail.
+            self.writer_claimed.store(false, Ordering::Release);
+        }
+    }
+
+    /// Publishes one record.
+    pub(crate) fn publish(
+        &self,
+        w: &mut Writer<T>,
+        value: T,
+        key: Option<u64>,
+        size: u64,
+    ) -> Result<u64, PublishError<T>> {
+        if let Some((max, _)) = &self.max_bytes {
+            if size > *max {
+                return Err(PublishError::TooLarge(value));
+            }
+        }
+        let meta = Meta::new(clock::now_nanos(), key);
+        let offset = if self.single {
+            if let Err(r) = self.admit_single(w.next, 1) {
+                return Err(r.with(value));
+            }
+            w.next
+        } else {
+            match self.reserve_multi(1) {
+                Ok(o) => o,
+                Err(r) => return Err(r.with(value)),
+            }
+        };
+        // Nothing below runs user code until the record is published (I6).
+        self.write(w, offset, value, meta, size);
+        if self.single {
+            w.next = offset + 1;
+            // Release: publishes the slot (I2).
+            self.watermark.store(offset + 1, Ordering::Release);
+        }
+        self.after_publish(w);
+        Ok(offset)
+    }
+
+    /// Publishes every value of `values` (which it drains) as one contiguous run. On error nothing
+    /// is published and `values` is left as it was.
+    pub(crate) fn publish_batch(
+        &self,
+        w: &mut Writer<T>,
+        values: &mut Vec<T>,
+        sizes: &[u64],
+    ) -> Result<std::ops::Range<u64>, PublishError<()>> {
+        let n = values.len() as u64;
+        if n == 0 {
+            let at = if self.single { w.next } else { self.end() };
+            return Ok(at..at);
+        }
+        if let Some((max, _)) = &self.max_bytes {
+            if sizes.iter().any(|s| s > max) {
+                return Err(PublishError::TooLarge(()));
+            }
+        }
+        let meta = Meta::new(clock::now_nanos(), None);
+        let first = if self.single {
+            self.admit_single(w.next, n).map_err(|r| r.with(()))?;
+            w.next
+        } else {
+            self.reserve_multi(n).map_err(|r| r.with(()))?
+        };
+        // Draining a Vec runs no user code (I6); the values move straight into their slots.
+        for (k, value) in values.drain(..).enumerate() {
+            let size = sizes.get(k).copied().unwrap_or(0);
+            self.write(w, first + k as u64, value, meta, size);
+        }
+        if self.single {
+            w.next = first + n;
+            // Release: publishes the whole run (I2).
+            self.watermark.store(first + n, Ordering::Release);
+        }
+        self.after_publish(w);
+        Ok(first..first + n)
+    }
+
+    /// Writes (and, multi-producer, publishes) one reserved slot.
+    #[inline]
+    fn write(&self, w: &mut Writer<T>, offset: u64, value: T, meta: Meta, size: u64) {
+        let index = offset >> self.shift;
+        let i = (offset & self.mask) as usize;
+        let Some(seg) = w.segment(self, index) else {
+            // Retention already removed this segment (only possible when a multi-producer publish
+            // was descheduled for longer than the retained range takes to pass by): the record is
+            // published and trimmed at once. Its value is dropped here, exactly once.
+            drop(value);
+            return;
+        };
+        // SAFETY: we reserved `offset` (fetch_add, or we are the single writer), it is not published
+        // yet, and `w` holds a reference to its segment.
+        unsafe { seg.write(i, value, meta) };
+        if self.max_bytes.is_some() {
+            // Relaxed: counters read by `trim` under the admin lock; see `trim`.
+            seg.bytes().fetch_add(size, Ordering::Relaxed);
+            self.total_bytes.fetch_add(size, Ordering::Relaxed);
+        }
+        if !self.single {
+            // Release: publishes the slot (I2).
+            seg.stamp(i).store(offset + 1, Ordering::Release);
+        }
+    }
+
+    #[inline]
+    fn after_publish(&self, w: &Writer<T>) {
+        self.wake();
+        if self.single {
+            // Relaxed: the flag only; the SeqCst RMW and heavy barrier in `close` pair with the
+            // light barrier in `wake`, so either close saw our watermark or we see CLOSED here.
+            if self.state.load(Ordering::Relaxed) & CLOSED != 0 {
+                // We raced with close: extend the final end to cover what we just published.
+                self.final_end.fetch_max(w.next, Ordering::AcqRel);
+                self.wake_readers();
+            }
+        }
+    }
+
+    // -------------------------------------------------------------------------------------------
+    // Closing.
+
+    /// Closes the log: later publishes fail, readers drain what was published, then get `Closed`.
+    ///
+    /// Multi-producer logs close exactly: the close is one RMW on `tail`, so every reservation is
+    /// either before it (and will be published) or after it (and fails). On a single-producer log
+    /// a publish racing with `close` from another thread may land after a reader already returned
+    /// `Closed`; close from the producing thread, or after dropping its `Producer`, to avoid that.
+    pub(crate) fn close(&self) {
+        let end = if self.single {
+            self.state.fetch_or(CLOSED, Ordering::SeqCst);
+            heavy_barrier();
+            // Acquire: pairs with the writer's Release store of the watermark.
+            self.watermark.load(Ordering::Acquire)
+        } else {
+            let t = self.tail.fetch_or(TAIL_CLOSED, Ordering::SeqCst);
+            self.state.fetch_or(CLOSED, Ordering::SeqCst);
+            t & !TAIL_CLOSED
+        };
+        // AcqRel: a racing single writer may have raised it already (see `after_publish`).
+        self.final_end.fetch_max(end, Ordering::AcqRel);
+        // SeqCst: FINAL publishes `final_end` (see Orderings).
+        self.state.fetch_or(FINAL, Ordering::SeqCst);
+        self.wake_readers();
+        // Release: tells blocked publishers to re-check (they will see CLOSED).
+        self.space.word().fetch_add(1, Ordering::Release);
+        self.space.wake_all();
+    }
+
+    // -------------------------------------------------------------------------------------------
+    // Statistics.
+
+    pub(crate) fn stats(&self) -> LogStats {
+        let start = self.start();
+        let end = self.end();
+        let readers = self.readers.load();
+        let positions: Vec<u64> =
+            readers.iter().map(|c| c.pos.load(Ordering::Relaxed)).collect();
+        let oldest = lock(&self.admin).oldest;
+        LogStats {
+            start,
+            end,
+            segments: self.installed.load(Ordering::Acquire).saturating_sub(oldest),
+            spare_segments: self.pool.spare() as u64,
+            readers: positions,
+            parked: self.state.load(Ordering::Relaxed) & PARKED_MASK,
+            bytes: self.total_bytes.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A snapshot of one log, turned into public stats by the topic.
+pub(crate) struct LogStats {
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+    pub(crate) segments: u64,
+    pub(crate) spare_segments: u64,
+    pub(crate) readers: Vec<u64>,
+    pub(crate) parked: u64,
+    pub(crate) bytes: u64,
+}
+
+struct Closedish;
+
+enum Refusal {
+    Closed,
+    Full,
+    TooLarge,
+}
+
+impl Refusal {
+    fn with<V>(self, v: V) -> PublishError<V> {
+        match self {
+            Refusal::Closed => PublishError::Closed(v),
+            Refusal::Full => PublishError::Full(v),
+            Refusal::TooLarge => PublishError::TooLarge(v),
+        }
+    }
+}
+
+impl<T> Drop for Log<T> {
+    fn drop(&mut self) {
+        let admin = match self.admin.get_mut() {
+            Ok(a) => a,
+            Err(p) => p.into_inner(),
+        };
+        // Relaxed: `&mut self`, no other thread can reach this log.
+        let installed = self.installed.load(Ordering::Relaxed);
+        let guard = self.epoch.pin();
+        for index in admin.oldest..installed {
+            let ptr = self.dir.remove(index, &guard);
+            if !ptr.is_null() {
+                // SAFETY: the directory's reference; no reader or writer of this log is left
+                // (they hold the log alive), so releasing at once is safe.
+                unsafe { Segment::release(ptr) };
+            }
+        }
+        // Push this thread's deferred releases out and let the collector run, so trimmed values
+        // are dropped soon after their log even if no thread pins again.
+        guard.flush();
+        drop(guard);
+        for _ in 0..2 {
+            self.epoch.pin().flush();
+        }
+    }
+}
+
+/// A producer's private state in one partition: its current segment (one counted reference), and
+/// for a single-producer log the private tail.
+pub(crate) struct Writer<T> {
+    seg: Option<SegRef<T>>,
+    next: u64,
+}
+
+impl<T: Send + Sync + 'static> Writer<T> {
+    /// The segment with `index`, switching (and preparing the log) when the writer moves on.
+    #[inline]
+    fn segment(&mut self, log: &Log<T>, index: u64) -> Option<&Segment<T>> {
+        let current = self.seg.as_ref().map(|s| s.base() >> log.shift);
+        if current != Some(index) {
+            if let Some(old) = self.seg.take() {
+                if log.single {
+                    // The single writer leaves this segment full (it only moves forward).
+                    old.set_filled(old.len());
+                }
+            }
+            log.prepare(index);
+            self.seg = log.acquire(index);
+        }
+        self.seg.as_deref()
+    }
+}

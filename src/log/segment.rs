@@ -1,0 +1,318 @@
+//! A segment: `2^k` slots of one partition's log, with a reference count and a home pool.
+//!
+//! Slot `i` of a segment whose first offset is `base` holds offset `base + i`. Each slot has three
+//! parts kept in separate arrays, so that a reader pulls only the bytes it uses:
+//! - the value (`MaybeUninit<T>`), written once by the producer that reserved the offset;
+//! - the metadata ([`Meta`]: timestamp and key hash), read only when a caller asks for it;
+//! - on multi-producer logs only, the stamp: `offset + 1` once the slot is published, anything
+//!   else before. Single-producer logs publish a watermark instead and keep no stamps.
+//!
+//! # Lifetime
+//! A segment is reference counted. The log's directory owns one reference from install until the
+//! segment is trimmed; each reader and producer that works in it owns one more ([`SegRef`]). A
+//! reference is only ever taken while pinned in the epoch and after loading the segment from the
+//! directory, so the directory's reference is still held (its release is deferred through the epoch).
+//! When the count reaches zero the published values are dropped (each exactly once, I4) and the
+//! segment goes back to its pool or is freed.
+//!
+//! # Orderings
+//! - `refs`: increments are Relaxed (the caller already holds a reference or is pinned, so the
+//!   segment is alive; like `Arc::clone`). Decrements are Release, and the one that reaches zero is
+//!   followed by an Acquire fence, so every write to the slots by any former holder happens-before the
+//!   values are dropped (like `Arc::drop`).
+//! - `stamps[i]`: stored with Release after the value and metadata are written; loaded with Acquire
+//!   by readers, which makes the value visible (I2). The drop scan runs after the Acquire fence above
+//!   and may use Relaxed.
+//! - `filled` (single producer): stored with Release by the producer when it leaves the segment,
+//!   before it drops its reference; read after the zero-count Acquire fence.
+//! - `bytes`: a Relaxed counter used by byte retention, read under the log's admin lock.
+
+use std::mem::MaybeUninit;
+
+use crate::sync::{fence, lock, Arc, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell};
+
+/// Per-slot metadata, written by the producer before it publishes the slot.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Meta {
+    /// Bits 0..63: nanoseconds since the UNIX epoch (fits until the year 2262).
+    /// Bit 63 ([`Meta::HAS_KEY`]): set when the record was published with a key.
+    pub(crate) ts_and_flag: u64,
+    /// The stable 64-bit hash of the record's key; meaningful only when `HAS_KEY` is set.
+    pub(crate) key: u64,
+}
+
+impl Meta {
+    pub(crate) const HAS_KEY: u64 = 1 << 63;
+
+    pub(crate) fn new(ts_nanos: u64, key: Option<u64>) -> Self {
+        debug_assert!(ts_nanos < Self::HAS_KEY, "timestamp overflows 63 bits");
+        match key {
+            Some(k) => Meta { ts_and_flag: ts_nanos | Self::HAS_KEY, key: k },
+            None => Meta { ts_and_flag: ts_nanos, key: 0 },
+        }
+    }
+
+    pub(crate) fn timestamp_nanos(&self) -> u64 {
+        self.ts_and_flag & !Self::HAS_KEY
+    }
+
+    pub(crate) fn key(&self) -> Option<u64> {
+        (self.ts_and_flag & Self::HAS_KEY != 0).then_some(self.key)
+    }
+}
+
+/// One segment of a partition's log.
+pub(crate) struct Segment<T> {
+    /// Offset of slot 0. Written only while the segment is owned by one thread (new, or taken from
+    /// the pool), then published by the Release store that installs it in the directory.
+    base: u64,
+    refs: AtomicUsize,
+    /// Single producer only: slots `[0, filled)` hold values. See the module's Orderings.
+    filled: AtomicUsize,
+    /// Sum of the sizes of the records in this segment (byte retention only).
+    bytes: AtomicU64,
+    values: Box<[UnsafeCell<MaybeUninit<T>>]>,
+    meta: Box<[UnsafeCell<Meta>]>,
+    /// `offset + 1` once published (multi-producer logs); empty on single-producer logs.
+    stamps: Box<[AtomicU64]>,
+    /// Where the segment goes when its last reference is dropped. `None` while it sits in the pool,
+    /// so the pool never owns a reference to itself.
+    pool: Option<Arc<Pool<T>>>,
+}
+
+// SAFETY: a segment hands out `&T` to many threads (needs `T: Sync`) and drops values on whichever
+// thread releases it last (needs `T: Send`). The cells are only written by the producer that
+// reserved the slot, before publication; all other fields are atomics or immutable after install.
+unsafe impl<T: Send + Sync> Send for Segment<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send + Sync> Sync for Segment<T> {}
+
+impl<T> Segment<T> {
+    fn allocate(size: usize, stamped: bool) -> Box<Self> {
+        Box::new(Segment {
+            base: 0,
+            refs: AtomicUsize::new(0),
+            filled: AtomicUsize::new(0),
+            bytes: AtomicU64::new(0),
+            values: (0..size).map(|_| UnsafeCell::new(MaybeUninit::uninit())).collect(),
+            meta: (0..size).map(|_| UnsafeCell::new(Meta::default())).collect(),
+            stamps: if stamped {
+                (0..size).map(|_| AtomicU64::new(0)).collect()
+            } else {
+                Box::default()
+            },
+            pool: None,
+        })
+    }
+
+    #[inline]
+    pub(crate) fn base(&self) -> u64 {
+        self.base
+    }
+
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    /// The stamp of slot `i` (multi-producer logs only).
+    #[inline]
+    pub(crate) fn stamp(&self, i: usize) -> &AtomicU64 {
+        &self.stamps[i]
+    }
+
+    #[inline]
+    pub(crate) fn bytes(&self) -> &AtomicU64 {
+        &self.bytes
+    }
+
+    /// Records how many slots a single producer filled, before it lets go of the segment.
+    #[inline]
+    pub(crate) fn set_filled(&self, n: usize) {
+        debug_assert!(n <= self.len());
+        // Release: see the module's Orderings (paired with the zero-count Acquire fence).
+        self.filled.store(n, Ordering::Release);
+    }
+
+    /// Writes the value and metadata of slot `i`.
+    ///
+    /// # Safety
+    /// The caller reserved the offset `base + i` (so no one else writes this slot) and has not yet
+    /// published it (so no one reads it), and holds a reference to the segment.
+    #[inline]
+    pub(crate) unsafe fn write(&self, i: usize, value: T, meta: Meta) {
+        self.values[i].with_mut(|p| {
+            // SAFETY: exclusive access to an unpublished, reserved slot (the caller's contract).
+            unsafe { (*p).write(value) };
+        });
+        self.meta[i].with_mut(|p| {
+            // SAFETY: as above.
+            unsafe { *p = meta };
+        });
+    }
+
+    /// The value of slot `i`.
+    ///
+    /// # Safety
+    /// Slot `i` is published and the caller observed that with Acquire (a stamp or the watermark),
+    /// and the caller holds a reference to the segment for as long as the returned borrow lives.
+    #[inline]
+    pub(crate) unsafe fn value(&self, i: usize) -> &T {
+        // SAFETY: published slots are initialized and never written again (the caller's contract).
+        self.values[i].with(|p| unsafe { (*p).assume_init_ref() })
+    }
+
+    /// The metadata of slot `i`.
+    ///
+    /// # Safety
+    /// Same as [`Segment::value`].
+    #[inline]
+    pub(crate) unsafe fn meta(&self, i: usize) -> Meta {
+        // SAFETY: written before publication, never written again while published.
+        self.meta[i].with(|p| unsafe { *p })
+    }
+
+    /// Takes one more reference.
+    ///
+    /// # Safety
+    /// The segment is alive: the caller holds a reference or is pinned and loaded it from the
+    /// directory (whose reference is released only through the epoch).
+    #[inline]
+    pub(crate) unsafe fn retain(&self) {
+        // Relaxed: see the module's Orderings.
+        self.refs.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Drops one reference; the last one drops the values and recycles the segment.
+    ///
+    /// # Safety
+    /// `this` came from [`Pool::take`] (through the directory) and the caller owns one reference,
+    /// which it gives up; it must not touch the segment afterwards.
+    pub(crate) unsafe fn release(this: *const Segment<T>) {
+        // SAFETY: the caller owns a reference, so the segment is alive for this decrement.
+        let last = unsafe { (*this).refs.fetch_sub(1, Ordering::Release) } == 1;
+        if !last {
+            return;
+        }
+        fence(Ordering::Acquire);
+        // SAFETY: the count reached zero: nobody else references the segment, and it was created by
+        // `Box::into_raw` in `Pool::take`.
+        let mut seg = unsafe { Box::from_raw(this as *mut Segment<T>) };
+        seg.drop_values();
+        match seg.pool.take() {
+            Some(pool) => pool.put(seg),
+            None => drop(seg),
+        }
+    }
+
+    /// Drops every initialized value (once: the slots are then considered empty).
+    fn drop_values(&mut self) {
+        if !std::mem::needs_drop::<T>() {
+            return;
+        }
+        let stamped = !self.stamps.is_empty();
+        // Relaxed loads: we own the segment exclusively, after the Acquire fence in `release`.
+        let filled = self.filled.load(Ordering::Relaxed);
+        for i in 0..self.values.len() {
+            let present = if stamped {
+                self.stamps[i].load(Ordering::Relaxed) == self.base + i as u64 + 1
+            } else {
+                i < filled
+            };
+            if present {
+                self.values[i].with_mut(|p| {
+                    // SAFETY: the slot was published (stamp or fill count) so it is initialized; we
+                    // own the segment exclusively and clear the marks below, so no double drop.
+                    unsafe { (*p).assume_init_drop() };
+                });
+                if stamped {
+                    self.stamps[i].store(0, Ordering::Relaxed);
+                }
+            }
+        }
+        self.filled.store(0, Ordering::Relaxed);
+    }
+}
+
+impl<T> Drop for Segment<T> {
+    fn drop(&mut self) {
+        // Values are dropped in `release`; a segment dropped any other way (straight from the pool)
+        // holds no values: pooled segments were emptied, and `filled`/stamps say so.
+        self.drop_values();
+    }
+}
+
+/// Spare segments of one log, kept so that steady-state publishing allocates nothing.
+pub(crate) struct Pool<T> {
+    size: usize,
+    stamped: bool,
+    keep: usize,
+    spare: Mutex<Vec<Box<Segment<T>>>>,
+}
+
+impl<T> Pool<T> {
+    pub(crate) fn new(size: usize, stamped: bool, keep: usize) -> Arc<Self> {
+        Arc::new(Pool { size, stamped, keep, spare: Mutex::new(Vec::new()) })
+    }
+
+    /// A segment for the offsets `[base, base + size)`, with one reference (the directory's).
+    pub(crate) fn take(self: &Arc<Self>, base: u64) -> *mut Segment<T> {
+        let spare = lock(&self.spare).pop();
+        let mut seg = spare.unwrap_or_else(|| Segment::allocate(self.size, self.stamped));
+        seg.base = base;
+        // Relaxed: the segment is not shared yet; installing it publishes these with Release.
+        seg.refs.store(1, Ordering::Relaxed);
+        seg.filled.store(0, Ordering::Relaxed);
+        seg.bytes.store(0, Ordering::Relaxed);
+        seg.pool = Some(Arc::clone(self));
+        Box::into_raw(seg)
+    }
+
+    fn put(&self, seg: Box<Segment<T>>) {
+        let mut spare = lock(&self.spare);
+        if spare.len() < self.keep {
+            spare.push(seg);
+        }
+    }
+
+    /// Number of segments waiting for reuse.
+    pub(crate) fn spare(&self) -> usize {
+        lock(&self.spare).len()
+    }
+}
+
+/// One owned reference to a segment; dropping it releases the reference.
+pub(crate) struct SegRef<T> {
+    ptr: *const Segment<T>,
+}
+
+// SAFETY: a `SegRef` is a counted reference to a `Segment`, which is `Send + Sync` for these `T`.
+unsafe impl<T: Send + Sync> Send for SegRef<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send + Sync> Sync for SegRef<T> {}
+
+impl<T> SegRef<T> {
+    /// Wraps a reference the caller owns.
+    ///
+    /// # Safety
+    /// The caller transfers ownership of one reference to `ptr`'s segment.
+    pub(crate) unsafe fn from_owned(ptr: *const Segment<T>) -> Self {
+        SegRef { ptr }
+    }
+}
+
+impl<T> std::ops::Deref for SegRef<T> {
+    type Target = Segment<T>;
+    #[inline]
+    fn deref(&self) -> &Segment<T> {
+        // SAFETY: we own a reference, so the segment is alive.
+        unsafe { &*self.ptr }
+    }
+}
+
+impl<T> Drop for SegRef<T> {
+    fn drop(&mut self) {
+        // SAFETY: we own exactly one reference and never touch the segment again.
+        unsafe { Segment::release(self.ptr) }
+    }
+}

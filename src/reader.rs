@@ -1,0 +1,418 @@
+//! Readers: a blocking cursor over one partition, handing out borrowed records.
+//!
+//! A reader owns its position. It keeps one counted reference to the segment it reads, so the
+//! `&T` it hands out stays valid until the next call (which needs `&mut self`), even if retention
+//! trims that segment meanwhile. It never pins the epoch except for the instant it takes that
+//! reference, and never while parked.
+//!
+//! Waiting follows the topic's [`WaitStrategy`](crate::WaitStrategy): poll at a flat interval, yield,
+//! then park on the reader's own futex word (see [`crate::sync`] for the handshake).
+
+use std::{
+    fmt,
+    time::{Duration, Instant, SystemTime},
+};
+
+use crate::{
+    clock,
+    error::{Error, ReadError},
+    log::{segment::SegRef, CursorRef, Log},
+    sync::{spin_hint, yield_now, Arc},
+};
+
+/// Where a reader (or consumer) starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Start {
+    /// The oldest retained record.
+    Earliest,
+    /// The next record to be published (skips everything already published).
+    Latest,
+    /// This offset; it must lie in the retained range `[start, end]`.
+    Offset(u64),
+    /// The first record published at or after this time (the end if none is).
+    Timestamp(SystemTime),
+}
+
+/// Records handed out per refresh when a caller asks for one at a time.
+const SCAN: u64 = 256;
+
+/// A blocking cursor over one partition of a topic.
+///
+/// Records are borrowed: [`Record`] derefs to `&T`, valid until the reader is used again. Nothing is
+/// cloned or allocated per record.
+///
+/// ```
+/// use logbus::{Broker, ReadError, Start, TopicConfig};
+/// let broker = Broker::new();
+/// let topic = broker.topic::<String>("greetings", TopicConfig::default()).unwrap();
+/// let mut reader = topic.reader(0, Start::Earliest).unwrap();
+/// topic.publish("hello".to_string()).unwrap();
+/// topic.close();
+/// assert_eq!(reader.next().unwrap().as_str(), "hello");
+/// assert_eq!(reader.next().unwrap_err(), ReadError::Closed);
+/// ```
+pub struct Reader<T: Send + Sync + 'static> {
+    log: Arc<Log<T>>,
+    cursor: CursorRef,
+    partition: u32,
+    /// Next offset to hand out.
+    next: u64,
+    /// Offsets in `[next, ready)` are published and lie in `seg`.
+    ready: u64,
+    seg: Option<SegRef<T>>,
+    /// Whether the last refresh found records (for "yield once after a batch").
+    fed: bool,
+}
+
+impl<T: Send + Sync + 'static> Reader<T> {
+    pub(crate) fn new(log: Arc<Log<T>>, partition: u32, start: Start) -> Result<Self, Error> {
+        let pos = resolve(&log, start)?;
+        let cursor = log.register(pos);
+        Ok(Reader { log, cursor, partition, next: pos, ready: pos, seg: None, fed: false })
+    }
+
+    /// The partition this reader reads.
+    pub fn partition(&self) -> u32 {
+        self.partition
+    }
+
+    /// The offset of the next record this reader will hand out.
+    pub fn position(&self) -> u64 {
+        self.next
+    }
+
+    /// Records published but not yet read by this reader.
+    pub fn lag(&self) -> u64 {
+        self.log.end().saturating_sub(self.next)
+    }
+
+    /// Moves the reader. Offsets outside the retained range are refused with
+    /// [`Error::OffsetOutOfRange`] and the reader stays where it was.
+    pub fn seek(&mut self, to: Start) -> Result<(), Error> {
+        let pos = resolve(&self.log, to)?;
+        self.next = pos;
+        self.ready = pos;
+        self.seg = None;
+        self.log.moved(&self.cursor, pos);
+        Ok(())
+    }
+
+    /// The next record, waiting for it if needed.
+    ///
+    /// Errors: [`ReadError::Lagged`] once when retention removed records this reader had not read
+    /// (it then continues at the oldest retained record), [`ReadError::Closed`] when the topic is
+    /// closed and everything published was read.
+    pub fn next(&mut self) -> Result<Record<'_, T>, ReadError> {
+        self.wait_ready(None, SCAN)?;
+        Ok(self.take_one())
+    }
+
+    /// The next record if one is ready now; [`ReadError::Empty`] otherwise.
+    pub fn try_next(&mut self) -> Result<Record<'_, T>, ReadError> {
+        if self.next >= self.ready && !self.refresh(SCAN)? {
+            return Err(ReadError::Empty);
+        }
+        Ok(self.take_one())
+    }
+
+    /// The next record, waiting at most `timeout`; [`ReadError::Timeout`] if none came.
+    ///
+    /// `atomic-wait` has no timed wait, so a reader that must park with a deadline sleeps on the
+    /// same futex word through the Linux futex call with a timeout (elsewhere: short sleeps).
+    pub fn next_timeout(&mut self, timeout: Duration) -> Result<Record<'_, T>, ReadError> {
+        let deadline = Instant::now().checked_add(timeout);
+        self.wait_ready(Some(deadline.unwrap_or_else(far_future)), SCAN)?;
+        Ok(self.take_one())
+    }
+
+    /// Up to `max` contiguous records, waiting for at least one. A batch never spans segments, so it
+    /// may hold fewer than `max` even when more are ready. `max == 0` is treated as 1.
+    pub fn next_batch(&mut self, max: usize) -> Result<Batch<'_, T>, ReadError> {
+        let max = max.max(1) as u64;
+        self.wait_ready(None, max)?;
+        Ok(self.take_batch(max))
+    }
+
+    /// Like [`Reader::next_batch`], but [`ReadError::Empty`] instead of waiting.
+    pub fn try_next_batch(&mut self, max: usize) -> Result<Batch<'_, T>, ReadError> {
+        let max = max.max(1) as u64;
+        if self.next >= self.ready && !self.refresh(max)? {
+            return Err(ReadError::Empty);
+        }
+        Ok(self.take_batch(max))
+    }
+
+    /// Like [`Reader::next_batch`], waiting at most `timeout`.
+    pub fn next_batch_timeout(
+        &mut self,
+        max: usize,
+        timeout: Duration,
+    ) -> Result<Batch<'_, T>, ReadError> {
+        let max = max.max(1) as u64;
+        let deadline = Instant::now().checked_add(timeout).unwrap_or_else(far_future);
+        self.wait_ready(Some(deadline), max)?;
+        Ok(self.take_batch(max))
+    }
+
+    fn take_one(&mut self) -> Record<'_, T> {
+        debug_assert!(self.next < self.ready);
+        let offset = self.next;
+        self.next += 1;
+        let seg = self.seg.as_deref().expect("a ready range implies a segment");
+        Record { seg, index: (offset - seg.base()) as usize, offset, partition: self.partition }
+    }
+
+    fn take_batch(&mut self, max: u64) -> Batch<'_, T> {
+        debug_assert!(self.next < self.ready);
+        let first = self.next;
+        let len = (self.ready - first).min(max);
+        self.next += len;
+        let seg = self.seg.as_deref().expect("a ready range implies a segment");
+        Batch {
+            seg,
+            from: (first - seg.base()) as usize,
+            len: len as usize,
+            first,
+            partition: self.partition,
+        }
+    }
+
+    /// Looks for published records at `next`. `Ok(true)`: `[next, ready)` is non-empty.
+    fn refresh(&mut self, limit: u64) -> Result<bool, ReadError> {
+        let start = self.log.start();
+        if self.next < start {
+            let lost = start - self.next;
+            self.next = start;
+            self.ready = start;
+            self.seg = None;
+            self.log.moved(&self.cursor, start);
+            return Err(ReadError::Lagged(lost));
+        }
+        let size = self.log.segment_size();
+        let index = self.next / size;
+        if self.seg.as_ref().map(|s| s.base() / size) != Some(index) {
+            self.seg = None;
+            self.seg = self.log.acquire(index);
+        }
+        if let Some(seg) = self.seg.as_deref() {
+            let end = self.log.ready_end(seg, self.next, limit);
+            if end > self.next {
+                self.ready = end;
+                self.fed = true;
+                self.log.moved(&self.cursor, self.next);
+                return Ok(true);
+            }
+        }
+        match self.log.final_end() {
+            Some(end) if self.next >= end => Err(ReadError::Closed),
+            _ => Ok(false),
+        }
+    }
+
+    /// Waits until `[next, ready)` is non-empty: poll, yield, park (see the module docs).
+    fn wait_ready(&mut self, deadline: Option<Instant>, limit: u64) -> Result<(), ReadError> {
+        if self.next < self.ready || self.refresh(limit)? {
+            return Ok(());
+        }
+        let wait = self.log.wait;
+        if std::mem::take(&mut self.fed) && wait.yield_after_batch {
+            yield_now();
+            if self.refresh(limit)? {
+                return Ok(());
+            }
+        }
+        for _ in 0..wait.spin_polls {
+            spin_hint();
+            if self.refresh(limit)? {
+                return Ok(());
+            }
+        }
+        let yield_start = Instant::now();
+        let mut k = 0u32;
+        while !wait.yield_for.is_zero() {
+            yield_now();
+            if self.refresh(limit)? {
+                return Ok(());
+            }
+            k += 1;
+            if k % 8 == 0 {
+                let now = Instant::now();
+                if now - yield_start >= wait.yield_for || deadline.is_some_and(|d| now >= d) {
+                    break;
+                }
+            }
+        }
+        loop {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(ReadError::Timeout);
+            }
+            // Always park with our position published, so Block publishers see it.
+            self.log.moved(&self.cursor, self.next);
+            let log = Arc::clone(&self.log);
+            let cursor = Arc::clone(&self.cursor);
+            if let Some(r) = log.park(&cursor, deadline, || match self.refresh(limit) {
+                Ok(true) => Some(Ok(())),
+                Ok(false) => None,
+                Err(e) => Some(Err(e)),
+            }) {
+                return r;
+            }
+            if self.refresh(limit)? {
+                return Ok(());
+            }
+        }
+    }
+}
+
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600)
+}
+
+/// Resolves a start position against a log's retained range.
+pub(crate) fn resolve<T: Send + Sync + 'static>(log: &Log<T>, start: Start) -> Result<u64, Error> {
+    match start {
+        Start::Earliest => Ok(log.start()),
+        Start::Latest => Ok(log.end()),
+        Start::Offset(o) => {
+            let (s, e) = (log.start(), log.end());
+            if o < s || o > e {
+                Err(Error::OffsetOutOfRange { offset: o, start: s, end: e })
+            } else {
+                Ok(o)
+            }
+        }
+        Start::Timestamp(t) => Ok(log.offset_for_time(clock::to_nanos(t))),
+    }
+}
+
+impl<T: Send + Sync + 'static> Drop for Reader<T> {
+    fn drop(&mut self) {
+        self.seg = None;
+        self.log.deregister(&self.cursor);
+    }
+}
+
+impl<T: Send + Sync + 'static> fmt::Debug for Reader<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reader")
+            .field("partition", &self.partition)
+            .field("position", &self.next)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One record, borrowed from the log. Derefs to the value.
+pub struct Record<'a, T> {
+    seg: &'a crate::log::segment::Segment<T>,
+    index: usize,
+    offset: u64,
+    partition: u32,
+}
+
+impl<'a, T> Record<'a, T> {
+    /// The value.
+    #[inline]
+    pub fn value(&self) -> &'a T {
+        // SAFETY: the reader saw this slot published (Acquire) and holds a reference to the segment
+        // for at least `'a` (the borrow of the reader).
+        unsafe { self.seg.value(self.index) }
+    }
+
+    /// The record's offset in its partition.
+    #[inline]
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// The partition the record is in.
+    #[inline]
+    pub fn partition(&self) -> u32 {
+        self.partition
+    }
+
+    /// When the record was published (wall clock).
+    pub fn timestamp(&self) -> SystemTime {
+        // SAFETY: as in `value`.
+        clock::from_nanos(unsafe { self.seg.meta(self.index) }.timestamp_nanos())
+    }
+
+    /// The stable 64-bit hash of the key the record was published with, if any. (Keys pick the
+    /// partition; put the key itself in the value if readers need it.)
+    pub fn key(&self) -> Option<u64> {
+        // SAFETY: as in `value`.
+        unsafe { self.seg.meta(self.index) }.key()
+    }
+}
+
+impl<T> std::ops::Deref for Record<'_, T> {
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        self.value()
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for Record<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Record")
+            .field("partition", &self.partition)
+            .field("offset", &self.offset)
+            .field("value", self.value())
+            .finish()
+    }
+}
+
+/// A run of contiguous records from one segment.
+pub struct Batch<'a, T> {
+    seg: &'a crate::log::segment::Segment<T>,
+    from: usize,
+    len: usize,
+    first: u64,
+    partition: u32,
+}
+
+impl<'a, T> Batch<'a, T> {
+    /// Number of records.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false: a batch holds at least one record.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Offset of the first record.
+    pub fn first_offset(&self) -> u64 {
+        self.first
+    }
+
+    /// The records, in order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = Record<'a, T>> + '_ {
+        let (seg, from, first, partition) = (self.seg, self.from, self.first, self.partition);
+        (0..self.len).map(move |k| Record {
+            seg,
+            index: from + k,
+            offset: first + k as u64,
+            partition,
+        })
+    }
+
+    /// The values, in order.
+    pub fn values(&self) -> impl ExactSizeIterator<Item = &'a T> + '_ {
+        let (seg, from) = (self.seg, self.from);
+        // SAFETY: every slot of the batch was seen published and the reader holds the segment for
+        // at least `'a`.
+        (0..self.len).map(move |k| unsafe { seg.value(from + k) })
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for Batch<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Batch")
+            .field("partition", &self.partition)
+            .field("first_offset", &self.first)
+            .field("len", &self.len)
+            .finish()
+    }
+}

@@ -1,0 +1,349 @@
+//! The one facade for every synchronization primitive logbus uses.
+//!
+//! No other file names `std::sync::atomic`, `UnsafeCell`, the futex or the epoch collector. Under
+//! `cfg(loom)` every primitive here is swapped for loom's model (the switch keys on `cfg(loom)` alone,
+//! because `loom-tests/` builds this crate as a dependency), and crossbeam-epoch is built with its own
+//! loom support (`--cfg crossbeam_loom`).
+//!
+//! What lives here:
+//! - atomics, `fence`, `Arc`, `Mutex`, `UnsafeCell` (with loom's closure API on both sides);
+//! - [`Futex`]: a 32-bit word a thread can sleep on (atomic-wait), with a timed wait of our own;
+//! - [`light_barrier`] / [`heavy_barrier`]: the asymmetric pair used by the park/wake handshake;
+//! - [`Epoch`]: pinning for crossbeam-epoch reclamation;
+//! - spin and yield hints, and `CachePadded`.
+//!
+//! # Orderings
+//! The barrier pair is the only ordering decision made in this file. Both sides of the park/wake
+//! handshake do "store my flag, then load the other side's flag". Without a full barrier on both sides
+//! each load may be satisfied before the other side's store is visible (store buffering), and a wake-up is
+//! lost. The fast side (a publisher, on every publish) calls [`light_barrier`]; the rare side (a reader
+//! about to park) calls [`heavy_barrier`]. On Linux the heavy side is
+//! `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`, which makes every running thread of this process
+//! execute a full barrier before it returns; so for each publisher either its stamp store is visible to
+//! the parking reader's re-check, or its later load of the parked count observes the reader's increment.
+//! That lets the light side be a compiler fence only. When membarrier is unavailable both sides fall back
+//! to `fence(SeqCst)`; under loom both sides are `fence(SeqCst)`, which is what loom can model.
+
+#[cfg(not(loom))]
+pub(crate) use std::sync::{
+    atomic::{fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering},
+    Arc, Mutex, MutexGuard,
+};
+
+#[cfg(loom)]
+pub(crate) use loom::sync::{
+    atomic::{fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering},
+    Arc, Mutex, MutexGuard,
+};
+
+pub(crate) use arc_swap::ArcSwap;
+pub(crate) use crossbeam_epoch::{unprotected, Atomic, Guard, Owned, Shared};
+pub(crate) use crossbeam_utils::CachePadded;
+
+use std::time::Duration;
+
+/// Locks a mutex, ignoring poisoning: no user code ever runs under an engine lock, so a poisoned lock
+/// can only come from an engine bug that already panicked, and the data it guards stays consistent.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+/// A hint inside a busy-wait loop. Under loom it yields, so that the model can make progress.
+#[inline]
+pub(crate) fn spin_hint() {
+    #[cfg(not(loom))]
+    std::hint::spin_loop();
+    #[cfg(loom)]
+    loom::thread::yield_now();
+}
+
+/// Gives the rest of this time slice to another thread.
+#[inline]
+pub(crate) fn yield_now() {
+    #[cfg(not(loom))]
+    std::thread::yield_now();
+    #[cfg(loom)]
+    loom::thread::yield_now();
+}
+
+/// `UnsafeCell` with loom's closure API, so the same code runs under both.
+#[derive(Debug)]
+pub(crate) struct UnsafeCell<T>(
+    #[cfg(not(loom))] std::cell::UnsafeCell<T>,
+    #[cfg(loom)] loom::cell::UnsafeCell<T>,
+);
+
+impl<T> UnsafeCell<T> {
+    pub(crate) fn new(value: T) -> Self {
+        #[cfg(not(loom))]
+        return UnsafeCell(std::cell::UnsafeCell::new(value));
+        #[cfg(loom)]
+        return UnsafeCell(loom::cell::UnsafeCell::new(value));
+    }
+
+    /// Runs `f` with a shared pointer to the contents.
+    #[inline]
+    pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+        #[cfg(not(loom))]
+        return f(self.0.get());
+        #[cfg(loom)]
+        return self.0.with(f);
+    }
+
+    /// Runs `f` with a mutable pointer to the contents.
+    #[inline]
+    pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+        #[cfg(not(loom))]
+        return f(self.0.get());
+        #[cfg(loom)]
+        return self.0.with_mut(f);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The futex.
+
+/// A 32-bit word that threads can sleep on until another thread changes it and wakes them.
+///
+/// `wait(expected)` returns at once when the word is not `expected`; otherwise it sleeps until a
+/// `wake_*` call on this word (spurious returns are allowed, callers re-check). The untimed wait is
+/// `atomic-wait` (futex on Linux, `WaitOnAddress` on Windows, ulock on macOS). `atomic-wait` has no
+/// timeout, so [`Futex::wait_timeout`] calls the Linux futex directly with a relative timeout, and on
+/// other systems sleeps in short slices (at most 1 ms) while checking the word.
+///
+/// Under loom the futex is modelled with a mutex and a condition variable: the value check and the
+/// sleep are atomic with respect to `wake_*`, exactly like the kernel's futex, so loom finds any lost
+/// wake-up the real code could suffer.
+#[derive(Debug)]
+pub(crate) struct Futex {
+    word: AtomicU32,
+    #[cfg(loom)]
+    lock: loom::sync::Mutex<()>,
+    #[cfg(loom)]
+    cond: loom::sync::Condvar,
+}
+
+impl Futex {
+    pub(crate) fn new(value: u32) -> Self {
+        Futex {
+            word: AtomicU32::new(value),
+            #[cfg(loom)]
+            lock: loom::sync::Mutex::new(()),
+            #[cfg(loom)]
+            cond: loom::sync::Condvar::new(),
+        }
+    }
+
+    /// The word itself, for loads, stores and swaps by the caller (who documents their ordering).
+    #[inline]
+    pub(crate) fn word(&self) -> &AtomicU32 {
+        &self.word
+    }
+
+    /// Sleeps while the word equals `expected`, until woken (or spuriously).
+    pub(crate) fn wait(&self, expected: u32) {
+        #[cfg(not(loom))]
+        atomic_wait::wait(&self.word, expected);
+        #[cfg(loom)]
+        {
+            let guard = lock(&self.lock);
+            // SeqCst: in the model the check must be ordered with the waker's store like the kernel's
+            // futex check, which happens under the futex bucket lock.
+            if self.word.load(Ordering::SeqCst) == expected {
+                drop(self.cond.wait(guard));
+            }
+        }
+    }
+
+    /// Like [`Futex::wait`], but returns after about `timeout` at the latest.
+    pub(crate) fn wait_timeout(&self, expected: u32, timeout: Duration) {
+        #[cfg(all(not(loom), target_os = "linux"))]
+        {
+            let ts = libc::timespec {
+                tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
+                tv_nsec: timeout.subsec_nanos() as libc::c_long,
+            };
+            // SAFETY: FUTEX_WAIT reads the aligned 32-bit word behind a valid reference and the
+            // timespec on our stack; both outlive the call. Errors (EAGAIN, EINTR, ETIMEDOUT) are all
+            // "return and let the caller re-check", so the result is ignored on purpose.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_futex,
+                    self.word.as_ptr(),
+                    libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                    expected,
+                    &ts as *const libc::timespec,
+                );
+            }
+        }
+        #[cfg(all(not(loom), not(target_os = "linux")))]
+        {
+            let deadline = std::time::Instant::now() + timeout;
+            while self.word.load(Ordering::Acquire) == expected {
+                let now = std::time::Instant::now();
+                if now >= deadline {
+                    break;
+                }
+                std::thread::sleep((deadline - now).min(Duration::from_millis(1)));
+            }
+        }
+        #[cfg(loom)]
+        {
+            // The model treats a timed wait as one that may time out at once: every caller re-checks.
+            let _ = (expected, timeout);
+            yield_now();
+        }
+    }
+
+    /// Wakes every thread sleeping on this word.
+    pub(crate) fn wake_all(&self) {
+        #[cfg(not(loom))]
+        atomic_wait::wake_all(&self.word);
+        #[cfg(loom)]
+        {
+            let _guard = lock(&self.lock);
+            self.cond.notify_all();
+        }
+    }
+
+    /// Wakes one thread sleeping on this word.
+    pub(crate) fn wake_one(&self) {
+        #[cfg(not(loom))]
+        atomic_wait::wake_one(&self.word);
+        #[cfg(loom)]
+        {
+            let _guard = lock(&self.lock);
+            self.cond.notify_one();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The asymmetric barrier.
+
+#[cfg(all(not(loom), target_os = "linux"))]
+mod membarrier {
+    use std::sync::{
+        atomic::{AtomicU8, Ordering},
+        Once,
+    };
+
+    const CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
+    const CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
+
+    /// 0: not known yet, 1: membarrier works, 2: fall back to fences.
+    static STATE: AtomicU8 = AtomicU8::new(0);
+    static INIT: Once = Once::new();
+
+    /// Registers this process for private expedited membarrier. Must run before any light barrier
+    /// relies on it: `Log::new` calls it, so no publisher exists before the state is settled.
+    pub(super) fn init() {
+        INIT.call_once(|| {
+            // SAFETY: membarrier takes no pointers; an unsupported command returns -1 (EINVAL/ENOSYS).
+            let rc = unsafe {
+                libc::syscall(
+                    libc::SYS_membarrier,
+                    CMD_REGISTER_PRIVATE_EXPEDITED,
+                    0 as libc::c_long,
+                    0 as libc::c_long,
+                )
+            };
+            // Relaxed is enough for readers of STATE on other threads: `Once` publishes it to every
+            // thread that calls `init` (all log constructors), and any thread that got a log did so
+            // through a happens-before edge from its construction.
+            STATE.store(if rc == 0 { 1 } else { 2 }, Ordering::Relaxed);
+        });
+    }
+
+    #[inline]
+    pub(super) fn available() -> bool {
+        // Relaxed: written once in `init`, which happens-before every use (see there).
+        STATE.load(Ordering::Relaxed) == 1
+    }
+
+    pub(super) fn issue() -> bool {
+        // SAFETY: as in `init`; the command needs no pointers.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_membarrier,
+                CMD_PRIVATE_EXPEDITED,
+                0 as libc::c_long,
+                0 as libc::c_long,
+            )
+        };
+        rc == 0
+    }
+}
+
+/// Settles which barrier pair this process uses. Called before any log is shared.
+pub(crate) fn init_barriers() {
+    #[cfg(all(not(loom), target_os = "linux"))]
+    membarrier::init();
+}
+
+/// The fast side of the park/wake handshake: sits between "publish" and "load the parked count".
+#[inline]
+pub(crate) fn light_barrier() {
+    #[cfg(all(not(loom), target_os = "linux"))]
+    {
+        if membarrier::available() {
+            // The heavy side's membarrier supplies the hardware barrier; we only stop the compiler.
+            std::sync::atomic::compiler_fence(Ordering::SeqCst);
+            return;
+        }
+    }
+    fence(Ordering::SeqCst);
+}
+
+/// The rare side of the park/wake handshake: sits between "announce I park" and "re-check".
+pub(crate) fn heavy_barrier() {
+    #[cfg(all(not(loom), target_os = "linux"))]
+    {
+        if membarrier::available() && membarrier::issue() {
+            return;
+        }
+        // `available()` said yes but the call failed: impossible after a successful registration.
+        // A fence still keeps this side correct; the light side was already a compiler fence only,
+        // so debug builds flag it.
+        debug_assert!(!membarrier::available(), "membarrier failed after registration");
+    }
+    fence(Ordering::SeqCst);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Epoch-based reclamation.
+
+/// Pins threads for crossbeam-epoch. Outside loom it is the process-wide default collector (pinning
+/// through a thread-local handle costs a few nanoseconds); under loom each log owns a `Collector` so
+/// every model iteration starts clean.
+pub(crate) struct Epoch {
+    #[cfg(loom)]
+    collector: crossbeam_epoch::Collector,
+}
+
+impl Epoch {
+    pub(crate) fn new() -> Self {
+        Epoch {
+            #[cfg(loom)]
+            collector: crossbeam_epoch::Collector::new(),
+        }
+    }
+
+    /// Pins the current thread. Never hold the guard across a park.
+    #[inline]
+    pub(crate) fn pin(&self) -> Guard {
+        #[cfg(not(loom))]
+        return crossbeam_epoch::pin();
+        #[cfg(loom)]
+        return self.collector.register().pin();
+    }
+}
+
+impl std::fmt::Debug for Epoch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Epoch")
+    }
+}

@@ -1,0 +1,423 @@
+//! Topics: typed, partitioned, cheaply cloned handles; and producers, the fast way to publish.
+//!
+//! # Orderings
+//! - `round_robin`: Relaxed `fetch_add`; it only spreads unkeyed records over partitions, nothing
+//!   is published through it.
+
+use std::{fmt, hash::Hash, ops::Range};
+
+use crate::{
+    config::TopicConfig,
+    error::{Error, PublishError},
+    key,
+    log::{Log, Writer},
+    reader::{Reader, Start},
+    stats::{PartitionStats, ReaderStats, TopicStats},
+    sync::{Arc, AtomicUsize, Ordering},
+};
+
+/// Where a record landed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Published {
+    /// The partition.
+    pub partition: u32,
+    /// The record's offset in that partition.
+    pub offset: u64,
+}
+
+/// Where a batch landed: one partition, a contiguous run of offsets.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PublishedBatch {
+    /// The partition.
+    pub partition: u32,
+    /// The offsets, in the order the values were given.
+    pub offsets: Range<u64>,
+}
+
+pub(crate) struct TopicInner<T: Send + Sync + 'static> {
+    name: String,
+    config: TopicConfig<T>,
+    partitions: Box<[Arc<Log<T>>]>,
+    round_robin: AtomicUsize,
+}
+
+/// A named, typed stream of records, split into partitions. Cloning is cheap (one `Arc`).
+///
+/// Every reader of a partition receives every record of it, in offset order, at its own pace.
+/// Records with the same key go to the same partition, so their order is kept.
+///
+/// ```
+/// use logbus::{Broker, Start, TopicConfig};
+/// let broker = Broker::new();
+/// let orders = broker.topic::<u64>("orders", TopicConfig::default().partitions(2)).unwrap();
+/// let first = orders.publish_keyed(&"alice", 10).unwrap();
+/// let again = orders.publish_keyed(&"alice", 20).unwrap();
+/// assert_eq!(first.partition, again.partition);
+/// assert_eq!(again.offset, first.offset + 1);
+/// let mut reader = orders.reader(first.partition, Start::Earliest).unwrap();
+/// assert_eq!(*reader.next().unwrap(), 10);
+/// assert_eq!(*reader.next().unwrap(), 20);
+/// ```
+pub struct Topic<T: Send + Sync + 'static> {
+    inner: Arc<TopicInner<T>>,
+}
+
+impl<T: Send + Sync + 'static> Clone for Topic<T> {
+    fn clone(&self) -> Self {
+        Topic { inner: Arc::clone(&self.inner) }
+    }
+}
+
+impl<T: Send + Sync + 'static> fmt::Debug for Topic<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Topic")
+            .field("name", &self.inner.name)
+            .field("partitions", &self.inner.partitions.len())
+            .finish()
+    }
+}
+
+impl<T: Send + Sync + 'static> Topic<T> {
+    /// A topic outside any broker. [`Broker::topic`](crate::Broker::topic) is the usual way; this
+    /// one checks the configuration but not the name.
+    pub fn new(name: &str, config: TopicConfig<T>) -> Result<Self, Error> {
+        config.validate()?;
+        let partitions = (0..config.partitions).map(|_| Arc::new(Log::new(&config))).collect();
+        Ok(Topic {
+            inner: Arc::new(TopicInner {
+                name: name.to_owned(),
+                config,
+                partitions,
+                round_robin: AtomicUsize::new(0),
+            }),
+        })
+    }
+
+    /// The topic's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Number of partitions.
+    pub fn partitions(&self) -> u32 {
+        self.inner.partitions.len() as u32
+    }
+
+    /// The configuration the topic was created with.
+    pub fn config(&self) -> &TopicConfig<T> {
+        &self.inner.config
+    }
+
+    fn log(&self, partition: u32) -> Result<&Arc<Log<T>>, Error> {
+        self.inner.partitions.get(partition as usize).ok_or(Error::NoSuchPartition {
+            partition,
+            partitions: self.partitions(),
+        })
+    }
+
+    fn next_partition(&self) -> u32 {
+        let n = self.inner.partitions.len();
+        if n == 1 {
+            return 0;
+        }
+        // Relaxed: see the module's Orderings.
+        (self.inner.round_robin.fetch_add(1, Ordering::Relaxed) % n) as u32
+    }
+
+    fn size_of(&self, value: &T) -> u64 {
+        match self.inner.partitions[0].size_fn() {
+            Some(f) => f(value) as u64,
+            None => 0,
+        }
+    }
+
+    /// Publishes a record (round-robin over partitions) and says where it landed.
+    ///
+    /// This convenience path takes and drops a reference to the partition's current segment on
+    /// every call; a [`Producer`] keeps it and is the fast path. On a single-producer topic whose
+    /// producer is held by a `Producer`, this fails with [`PublishError::Busy`].
+    pub fn publish(&self, value: T) -> Result<Published, PublishError<T>> {
+        let partition = self.next_partition();
+        self.publish_at(partition, None, value)
+    }
+
+    /// Publishes to `partition`, which the caller checked is in range.
+    fn publish_at(
+        &self,
+        partition: u32,
+        key: Option<u64>,
+        value: T,
+    ) -> Result<Published, PublishError<T>> {
+        let log = &self.inner.partitions[partition as usize];
+        let size = self.size_of(&value);
+        let mut w = match log.claim_writer() {
+            Ok(w) => w,
+            Err(_) => return Err(PublishError::Busy(value)),
+        };
+        let result = log.publish(&mut w, value, key, size);
+        log.release_writer(&mut w);
+        result.map(|offset| Published { partition, offset })
+    }
+
+    /// Publishes a record to one partition. Errors: [`Error::NoSuchPartition`] (with the value
+    /// handed back), or the publish errors of [`Topic::publish`].
+    pub fn publish_to(&self, partition: u32, value: T) -> Result<Published, PublishToError<T>> {
+        if let Err(e) = self.log(partition) {
+            return Err(PublishToError::Partition(e, value));
+        }
+        self.publish_at(partition, None, value).map_err(PublishToError::Publish)
+    }
+
+    /// Publishes a record to the partition its key hashes to (a stable hash: the same key always
+    /// goes to the same partition, so per-key order holds). The key hash is computed before the
+    /// record is reserved and is kept with the record ([`Record::key`](crate::Record::key)).
+    pub fn publish_keyed<K: Hash + ?Sized>(
+        &self,
+        key: &K,
+        value: T,
+    ) -> Result<Published, PublishError<T>> {
+        let h = key::hash(key);
+        self.publish_at(key::partition(h, self.partitions()), Some(h), value)
+    }
+
+    /// Publishes values as one contiguous run in one partition (round-robin). The iterator is
+    /// drained before anything is reserved, so a panic in it publishes nothing. On error the values
+    /// are handed back.
+    pub fn publish_batch<I: IntoIterator<Item = T>>(
+        &self,
+        values: I,
+    ) -> Result<PublishedBatch, PublishError<Vec<T>>> {
+        let mut values: Vec<T> = values.into_iter().collect();
+        let sizes: Vec<u64> = values.iter().map(|v| self.size_of(v)).collect();
+        let partition = self.next_partition();
+        let log = &self.inner.partitions[partition as usize];
+        let mut w = match log.claim_writer() {
+            Ok(w) => w,
+            Err(_) => return Err(PublishError::Busy(values)),
+        };
+        let result = log.publish_batch(&mut w, &mut values, &sizes);
+        log.release_writer(&mut w);
+        match result {
+            Ok(offsets) => Ok(PublishedBatch { partition, offsets }),
+            Err(e) => Err(e.map(|()| values)),
+        }
+    }
+
+    /// A producer: the fast way to publish from one thread. On a single-producer topic only one
+    /// exists at a time ([`Error::ProducerInUse`] otherwise); dropping it lets another be made.
+    pub fn producer(&self) -> Result<Producer<T>, Error> {
+        let mut writers = Vec::with_capacity(self.inner.partitions.len());
+        for log in self.inner.partitions.iter() {
+            match log.claim_writer() {
+                Ok(w) => writers.push(w),
+                Err(e) => {
+                    for (log, mut w) in self.inner.partitions.iter().zip(writers) {
+                        log.release_writer(&mut w);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(Producer { topic: self.clone(), writers, next: 0, buffer: Vec::new(), sizes: Vec::new() })
+    }
+
+    /// A reader of one partition, starting at `start`.
+    pub fn reader(&self, partition: u32, start: Start) -> Result<Reader<T>, Error> {
+        let log = self.log(partition)?;
+        Reader::new(Arc::clone(log), partition, start)
+    }
+
+    /// Closes the topic: publishes fail with `Closed` from now on, readers read what was published
+    /// and then get [`ReadError::Closed`](crate::ReadError::Closed). Idempotent.
+    ///
+    /// On a multi-producer topic the close is exact: a publish either happened before it (and every
+    /// reader will read it) or fails. On a single-producer topic, close from the producing thread
+    /// (or after dropping its [`Producer`]) for the same guarantee; a publish racing with a close
+    /// from another thread may be missed by readers that already saw `Closed`.
+    pub fn close(&self) {
+        for log in self.inner.partitions.iter() {
+            log.close();
+        }
+    }
+
+    /// Whether the topic is closed.
+    pub fn is_closed(&self) -> bool {
+        self.inner.partitions[0].is_closed()
+    }
+
+    /// A snapshot of every partition and its readers.
+    pub fn stats(&self) -> TopicStats {
+        let partitions = self
+            .inner
+            .partitions
+            .iter()
+            .enumerate()
+            .map(|(i, log)| {
+                let s = log.stats();
+                PartitionStats {
+                    partition: i as u32,
+                    start: s.start,
+                    end: s.end,
+                    retained: s.end.saturating_sub(s.start),
+                    segments: s.segments,
+                    spare_segments: s.spare_segments,
+                    bytes: s.bytes,
+                    readers: s
+                        .readers
+                        .iter()
+                        .map(|&p| ReaderStats { position: p, lag: s.end.saturating_sub(p) })
+                        .collect(),
+                    parked_readers: s.parked,
+                }
+            })
+            .collect();
+        TopicStats { name: self.inner.name.clone(), closed: self.is_closed(), partitions }
+    }
+
+    pub(crate) fn same_config(&self, other: &TopicConfig<T>) -> bool {
+        self.inner.config == *other
+    }
+}
+
+/// Why [`Topic::publish_to`] or [`Producer::publish_to`] failed; the value is handed back.
+#[derive(Debug)]
+pub enum PublishToError<T> {
+    /// No such partition.
+    Partition(Error, T),
+    /// The publish itself failed.
+    Publish(PublishError<T>),
+}
+
+impl<T> PublishToError<T> {
+    /// The value that was not published.
+    pub fn into_inner(self) -> T {
+        match self {
+            PublishToError::Partition(_, v) => v,
+            PublishToError::Publish(e) => e.into_inner(),
+        }
+    }
+}
+
+impl<T> fmt::Display for PublishToError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PublishToError::Partition(e, _) => e.fmt(f),
+            PublishToError::Publish(e) => e.fmt(f),
+        }
+    }
+}
+
+impl<T: fmt::Debug> std::error::Error for PublishToError<T> {}
+
+/// The fast way to publish from one thread: keeps its place in each partition, so a publish is one
+/// reservation, one write and one publishing store.
+///
+/// `Send` but not `Sync`: move it to the publishing thread. Dropping it hands a single-producer
+/// topic's producer role back.
+pub struct Producer<T: Send + Sync + 'static> {
+    topic: Topic<T>,
+    writers: Vec<Writer<T>>,
+    next: usize,
+    buffer: Vec<T>,
+    sizes: Vec<u64>,
+}
+
+impl<T: Send + Sync + 'static> fmt::Debug for Producer<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Producer").field("topic", &self.topic.name()).finish_non_exhaustive()
+    }
+}
+
+impl<T: Send + Sync + 'static> Producer<T> {
+    /// The topic this producer publishes to.
+    pub fn topic(&self) -> &Topic<T> {
+        &self.topic
+    }
+
+    fn pick(&mut self) -> u32 {
+        let n = self.writers.len();
+        let p = self.next;
+        self.next = if p + 1 == n { 0 } else { p + 1 };
+        p as u32
+    }
+
+    fn publish_at(
+        &mut self,
+        partition: u32,
+        key: Option<u64>,
+        value: T,
+    ) -> Result<Published, PublishError<T>> {
+        let size = self.topic.size_of(&value);
+        let log = &self.topic.inner.partitions[partition as usize];
+        let w = &mut self.writers[partition as usize];
+        log.publish(w, value, key, size).map(|offset| Published { partition, offset })
+    }
+
+    /// Publishes a record (round-robin over partitions).
+    #[inline]
+    pub fn publish(&mut self, value: T) -> Result<Published, PublishError<T>> {
+        let p = self.pick();
+        self.publish_at(p, None, value)
+    }
+
+    /// Publishes a record to one partition.
+    pub fn publish_to(&mut self, partition: u32, value: T) -> Result<Published, PublishToError<T>> {
+        if let Err(e) = self.topic.log(partition) {
+            return Err(PublishToError::Partition(e, value));
+        }
+        self.publish_at(partition, None, value).map_err(PublishToError::Publish)
+    }
+
+    /// Publishes a record to the partition of its key (see [`Topic::publish_keyed`]).
+    pub fn publish_keyed<K: Hash + ?Sized>(
+        &mut self,
+        key: &K,
+        value: T,
+    ) -> Result<Published, PublishError<T>> {
+        let h = key::hash(key);
+        self.publish_at(key::partition(h, self.topic.partitions()), Some(h), value)
+    }
+
+    /// Publishes values as one contiguous run in one partition (round-robin), with one reservation
+    /// and one wake-up check. The iterator is drained into a buffer this producer reuses before
+    /// anything is reserved (so a panic in it publishes nothing, and a warm producer allocates
+    /// nothing). On error the values are handed back.
+    pub fn publish_batch<I: IntoIterator<Item = T>>(
+        &mut self,
+        values: I,
+    ) -> Result<PublishedBatch, PublishError<Vec<T>>> {
+        let p = self.pick();
+        self.publish_batch_to(p, values)
+    }
+
+    /// Like [`Producer::publish_batch`], into `partition`, which the caller checked is in range.
+    fn publish_batch_to<I: IntoIterator<Item = T>>(
+        &mut self,
+        partition: u32,
+        values: I,
+    ) -> Result<PublishedBatch, PublishError<Vec<T>>> {
+        self.buffer.clear();
+        self.sizes.clear();
+        // User code (the iterator, the size function) runs here, before any reservation (I6).
+        self.buffer.extend(values);
+        if self.topic.inner.partitions[0].size_fn().is_some() {
+            for v in &self.buffer {
+                self.sizes.push(self.topic.size_of(v));
+            }
+        }
+        let log = &self.topic.inner.partitions[partition as usize];
+        let w = &mut self.writers[partition as usize];
+        match log.publish_batch(w, &mut self.buffer, &self.sizes) {
+            Ok(offsets) => Ok(PublishedBatch { partition, offsets }),
+            Err(e) => Err(e.map(|()| std::mem::take(&mut self.buffer))),
+        }
+    }
+}
+
+impl<T: Send + Sync + 'static> Drop for Producer<T> {
+    fn drop(&mut self) {
+        for (log, w) in self.topic.inner.partitions.iter().zip(self.writers.iter_mut()) {
+            log.release_writer(w);
+        }
+    }
+}
