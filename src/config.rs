@@ -210,7 +210,8 @@ impl<T> TopicConfig<T> {
     }
 
     /// Keep at least the newest `n` records of each partition and trim whole segments older than
-    /// that (so between `n` and `n + segment_size` are kept). Also the capacity for `Block`/`Reject`.
+    /// that. Trimming happens when a partition starts a new segment, so between `n` and
+    /// `n + 2 * segment_size` records are kept. Also the capacity for `Block`/`Reject`.
     pub fn max_records(mut self, n: u64) -> Self {
         self.max_records = Some(n);
         self

@@ -751,12 +751,18 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// `Closed`; close from the producing thread, or after dropping its `Producer`, to avoid that.
     pub(crate) fn close(&self) {
         let end = if self.single {
-            self.state.fetch_or(CLOSED, Ordering::SeqCst);
+            if self.state.fetch_or(CLOSED, Ordering::SeqCst) & CLOSED != 0 {
+                return; // Closed already (or being closed by another thread, which finishes it).
+            }
             heavy_barrier();
             // Acquire: pairs with the writer's Release store of the watermark.
             self.watermark.load(Ordering::Acquire)
         } else {
             let t = self.tail.fetch_or(TAIL_CLOSED, Ordering::SeqCst);
+            if t & TAIL_CLOSED != 0 {
+                // Closed already: later failed reservations moved `tail`, so it is not the end.
+                return;
+            }
             self.state.fetch_or(CLOSED, Ordering::SeqCst);
             t & !TAIL_CLOSED
         };

@@ -1,0 +1,332 @@
+//! Readers, start positions, seeks, batches, timeouts and closing, through the public API.
+
+use std::{
+    thread,
+    time::{Duration, SystemTime},
+};
+
+use logbus::{Broker, Error, Producers, ReadError, Start, Topic, TopicConfig};
+
+fn topic(config: TopicConfig<u64>) -> Topic<u64> {
+    Topic::new("t", config).unwrap()
+}
+
+fn both_modes() -> [TopicConfig<u64>; 2] {
+    [
+        TopicConfig::default().segment_size(8),
+        TopicConfig::default().segment_size(8).producers(Producers::Single),
+    ]
+}
+
+#[test]
+fn every_reader_gets_every_record_in_order() {
+    for config in both_modes() {
+        let t = topic(config);
+        let mut a = t.reader(0, Start::Earliest).unwrap();
+        let mut b = t.reader(0, Start::Earliest).unwrap();
+        let mut p = t.producer().unwrap();
+        for i in 0..100u64 {
+            assert_eq!(p.publish(i * 3).unwrap().offset, i);
+        }
+        for r in [&mut a, &mut b] {
+            for i in 0..100u64 {
+                let rec = r.next().unwrap();
+                assert_eq!(rec.offset(), i);
+                assert_eq!(*rec, i * 3);
+                assert_eq!(rec.partition(), 0);
+            }
+            assert_eq!(r.try_next().unwrap_err(), ReadError::Empty);
+        }
+    }
+}
+
+#[test]
+fn start_positions() {
+    for config in both_modes() {
+        let t = topic(config);
+        let before = SystemTime::now();
+        for i in 0..10 {
+            t.publish(i).unwrap();
+        }
+        thread::sleep(Duration::from_millis(5));
+        let middle = SystemTime::now();
+        thread::sleep(Duration::from_millis(5));
+        for i in 10..20 {
+            t.publish(i).unwrap();
+        }
+        assert_eq!(t.reader(0, Start::Earliest).unwrap().position(), 0);
+        assert_eq!(t.reader(0, Start::Latest).unwrap().position(), 20);
+        assert_eq!(t.reader(0, Start::Offset(7)).unwrap().position(), 7);
+        assert_eq!(t.reader(0, Start::Offset(20)).unwrap().position(), 20);
+        assert_eq!(t.reader(0, Start::Timestamp(before)).unwrap().position(), 0);
+        let mut r = t.reader(0, Start::Timestamp(middle)).unwrap();
+        assert_eq!(r.position(), 10);
+        assert_eq!(*r.next().unwrap(), 10);
+        let future = SystemTime::now() + Duration::from_secs(3600);
+        assert_eq!(t.reader(0, Start::Timestamp(future)).unwrap().position(), 20);
+        match t.reader(0, Start::Offset(21)) {
+            Err(Error::OffsetOutOfRange { offset: 21, start: 0, end: 20 }) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(matches!(
+            t.reader(1, Start::Earliest),
+            Err(Error::NoSuchPartition { partition: 1, partitions: 1 })
+        ));
+    }
+}
+
+#[test]
+fn latest_skips_what_was_published_before() {
+    let t = topic(TopicConfig::default());
+    t.publish(1).unwrap();
+    let mut r = t.reader(0, Start::Latest).unwrap();
+    t.publish(2).unwrap();
+    assert_eq!(*r.next().unwrap(), 2);
+}
+
+#[test]
+fn seek_moves_and_refuses_out_of_range() {
+    let t = topic(TopicConfig::default().segment_size(4));
+    for i in 0..10 {
+        t.publish(i).unwrap();
+    }
+    let mut r = t.reader(0, Start::Earliest).unwrap();
+    r.seek(Start::Offset(6)).unwrap();
+    assert_eq!(*r.next().unwrap(), 6);
+    r.seek(Start::Offset(1)).unwrap();
+    assert_eq!(*r.next().unwrap(), 1);
+    assert_eq!(
+        r.seek(Start::Offset(11)).unwrap_err(),
+        Error::OffsetOutOfRange { offset: 11, start: 0, end: 10 }
+    );
+    // A refused seek leaves the reader where it was.
+    assert_eq!(r.position(), 2);
+    r.seek(Start::Latest).unwrap();
+    assert_eq!(r.try_next().unwrap_err(), ReadError::Empty);
+    assert_eq!(r.lag(), 0);
+    r.seek(Start::Earliest).unwrap();
+    assert_eq!(r.lag(), 10);
+}
+
+#[test]
+fn batches_are_contiguous_and_stop_at_segment_ends() {
+    for config in both_modes() {
+        let t = topic(config);
+        let mut p = t.producer().unwrap();
+        let b = p.publish_batch(0..20u64).unwrap();
+        assert_eq!(b.offsets, 0..20);
+        let mut r = t.reader(0, Start::Offset(2)).unwrap();
+        let mut seen = Vec::new();
+        while seen.len() < 18 {
+            let batch = r.next_batch(100).unwrap();
+            assert!(batch.len() <= 8, "a batch never spans segments");
+            let first = batch.first_offset();
+            for (k, rec) in batch.iter().enumerate() {
+                assert_eq!(rec.offset(), first + k as u64);
+                seen.push(*rec);
+            }
+        }
+        assert_eq!(seen, (2..20).collect::<Vec<_>>());
+        let mut r = t.reader(0, Start::Earliest).unwrap();
+        let small = r.next_batch(3).unwrap();
+        assert_eq!(small.values().copied().collect::<Vec<_>>(), vec![0, 1, 2]);
+        assert_eq!(r.try_next_batch(0).unwrap().len(), 1, "max 0 is treated as 1");
+        assert_eq!(r.position(), 4);
+    }
+}
+
+#[test]
+fn timeouts() {
+    let t = topic(TopicConfig::default());
+    let mut r = t.reader(0, Start::Earliest).unwrap();
+    assert_eq!(r.next_timeout(Duration::from_millis(30)).unwrap_err(), ReadError::Timeout);
+    assert_eq!(r.next_timeout(Duration::ZERO).unwrap_err(), ReadError::Timeout);
+    assert_eq!(r.next_batch_timeout(4, Duration::from_millis(1)).unwrap_err(), ReadError::Timeout);
+    let t2 = t.clone();
+    let h = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(50));
+        t2.publish(9).unwrap();
+    });
+    assert_eq!(*r.next_timeout(Duration::from_secs(60)).unwrap(), 9);
+    h.join().unwrap();
+    // A huge timeout does not overflow.
+    t.publish(10).unwrap();
+    assert_eq!(*r.next_timeout(Duration::MAX).unwrap(), 10);
+}
+
+#[test]
+fn close_drains_then_reports_closed() {
+    for config in both_modes() {
+        let t = topic(config);
+        let mut r = t.reader(0, Start::Earliest).unwrap();
+        for i in 0..5 {
+            t.publish(i).unwrap();
+        }
+        t.close();
+        assert!(t.is_closed());
+        let err = t.publish(99).unwrap_err();
+        assert_eq!(err.into_inner(), 99, "a refused value is handed back");
+        for i in 0..5 {
+            assert_eq!(*r.next().unwrap(), i);
+        }
+        assert_eq!(r.next().unwrap_err(), ReadError::Closed);
+        assert_eq!(r.try_next().unwrap_err(), ReadError::Closed);
+        assert_eq!(r.next_timeout(Duration::from_secs(5)).unwrap_err(), ReadError::Closed);
+        // Closing twice is harmless.
+        t.close();
+        assert_eq!(r.next().unwrap_err(), ReadError::Closed);
+    }
+}
+
+#[test]
+fn close_wakes_a_parked_reader() {
+    let t = topic(TopicConfig::default());
+    let mut r = t.reader(0, Start::Earliest).unwrap();
+    let h = thread::spawn(move || r.next().map(|v| *v));
+    // Wait until the reader is parked (it parks quickly: the default yield budget is 200 µs).
+    while t.stats().partitions[0].parked_readers == 0 {
+        thread::sleep(Duration::from_millis(1));
+    }
+    t.close();
+    assert_eq!(h.join().unwrap(), Err(ReadError::Closed));
+}
+
+#[test]
+fn broker_delete_closes_readers() {
+    let broker = Broker::new();
+    let t = broker.topic::<u64>("gone", TopicConfig::default()).unwrap();
+    let mut r = t.reader(0, Start::Earliest).unwrap();
+    t.publish(1).unwrap();
+    let h = thread::spawn(move || {
+        let first = *r.next().unwrap();
+        (first, r.next().map(|v| *v))
+    });
+    thread::sleep(Duration::from_millis(20));
+    broker.delete("gone").unwrap();
+    assert_eq!(h.join().unwrap(), (1, Err(ReadError::Closed)));
+    assert!(matches!(t.publish(2), Err(logbus::PublishError::Closed(2))));
+}
+
+#[test]
+fn records_carry_timestamp_and_key() {
+    let t = topic(TopicConfig::default().partitions(3));
+    let before = SystemTime::now();
+    let a = t.publish_keyed("user-7", 1).unwrap();
+    let b = t.publish_keyed("user-7", 2).unwrap();
+    let after = SystemTime::now();
+    assert_eq!(a.partition, b.partition);
+    assert_eq!(b.offset, a.offset + 1);
+    let mut r = t.reader(a.partition, Start::Offset(a.offset)).unwrap();
+    let rec = r.next().unwrap();
+    assert!(rec.key().is_some());
+    let key = rec.key();
+    assert!(rec.timestamp() >= before && rec.timestamp() <= after);
+    assert_eq!(r.next().unwrap().key(), key);
+    let plain = t.publish_to(0, 5).unwrap();
+    let mut r0 = t.reader(0, Start::Offset(plain.offset)).unwrap();
+    assert_eq!(r0.next().unwrap().key(), None);
+}
+
+#[test]
+fn keys_spread_over_partitions_stably() {
+    let t = topic(TopicConfig::default().partitions(4));
+    let mut used = [0u32; 4];
+    for k in 0..400u32 {
+        let first = t.publish_keyed(&k, u64::from(k)).unwrap().partition;
+        let second = t.publish_keyed(&k, u64::from(k)).unwrap().partition;
+        assert_eq!(first, second);
+        used[first as usize] += 1;
+    }
+    assert!(used.iter().all(|&n| n > 50), "keys cluster: {used:?}");
+    // The same key maps to the same partition in a new topic too (the hash is not seeded).
+    let other = topic(TopicConfig::default().partitions(4));
+    assert_eq!(
+        t.publish_keyed("stable", 0).unwrap().partition,
+        other.publish_keyed("stable", 0).unwrap().partition
+    );
+}
+
+#[test]
+fn unkeyed_publishes_round_robin() {
+    let t = topic(TopicConfig::default().partitions(3));
+    let parts: Vec<u32> = (0..6).map(|i| t.publish(i).unwrap().partition).collect();
+    let mut sorted = parts.clone();
+    sorted.sort();
+    assert_eq!(sorted, vec![0, 0, 1, 1, 2, 2]);
+    let mut p = t.producer().unwrap();
+    let parts: Vec<u32> = (0..3).map(|i| p.publish(i).unwrap().partition).collect();
+    assert_eq!(parts, vec![0, 1, 2]);
+    assert!(p.publish_to(3, 1).is_err());
+    assert_eq!(p.publish_to(3, 42).unwrap_err().into_inner(), 42);
+    assert_eq!(t.publish_to(9, 43).unwrap_err().into_inner(), 43);
+}
+
+#[test]
+fn single_producer_role_is_exclusive() {
+    let t = topic(TopicConfig::default().single_producer());
+    let p = t.producer().unwrap();
+    assert_eq!(t.producer().unwrap_err(), Error::ProducerInUse);
+    assert!(matches!(t.publish(1), Err(logbus::PublishError::Busy(1))));
+    assert!(matches!(t.publish_batch([1, 2]), Err(logbus::PublishError::Busy(v)) if v == [1, 2]));
+    drop(p);
+    // The role passes on, and offsets continue where the last producer stopped.
+    let mut p = t.producer().unwrap();
+    p.publish(5).unwrap();
+    drop(p);
+    assert_eq!(t.publish(6).unwrap().offset, 1);
+    let mut p = t.producer().unwrap();
+    assert_eq!(p.publish(7).unwrap().offset, 2);
+}
+
+#[test]
+fn a_panicking_batch_iterator_publishes_nothing() {
+    for config in both_modes() {
+        let t = topic(config);
+        let mut r = t.reader(0, Start::Earliest).unwrap();
+        let mut p = t.producer().unwrap();
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            p.publish_batch((0..10u64).map(|i| if i == 5 { panic!("bad iterator") } else { i }))
+        }));
+        assert!(outcome.is_err());
+        // Nothing was reserved: the next publish gets offset 0 and the reader sees it.
+        assert_eq!(p.publish(42).unwrap().offset, 0);
+        assert_eq!(*r.next().unwrap(), 42);
+        assert_eq!(r.try_next().unwrap_err(), ReadError::Empty);
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            t.publish_batch((0..3u64).map(|_| -> u64 { panic!("bad") }))
+        }));
+        assert!(outcome.is_err());
+        drop(p);
+        assert_eq!(t.publish(43).unwrap().offset, 1);
+    }
+}
+
+#[test]
+fn empty_batch_is_fine() {
+    let t = topic(TopicConfig::default());
+    let b = t.publish_batch(Vec::new()).unwrap();
+    assert!(b.offsets.is_empty());
+    assert_eq!(t.publish(1).unwrap().offset, 0);
+}
+
+#[test]
+fn stats_report_positions_and_lag() {
+    let t = topic(TopicConfig::default().segment_size(4));
+    let mut r = t.reader(0, Start::Earliest).unwrap();
+    for i in 0..10 {
+        t.publish(i).unwrap();
+    }
+    r.next().unwrap();
+    r.next().unwrap();
+    let s = t.stats();
+    let p = &s.partitions[0];
+    assert_eq!((p.start, p.end, p.retained), (0, 10, 10));
+    assert_eq!(p.readers.len(), 1);
+    // Positions are reported once per batch: the reader took offsets 0..4 (one segment) at once.
+    assert_eq!(p.readers[0].position, 0);
+    assert_eq!(r.position(), 2);
+    assert_eq!(r.lag(), 8);
+    assert!(p.segments >= 3, "10 records in segments of 4, plus one ahead");
+    drop(r);
+    assert!(t.stats().partitions[0].readers.is_empty());
+}
