@@ -32,6 +32,9 @@ pub struct PartitionStats {
     pub readers: Vec<ReaderStats>,
     /// How many of them are parked right now.
     pub parked_readers: u64,
+    /// How many times a publisher had to wake a parked reader (a futex wake call each). Publishes
+    /// that find no reader parked never add to it: they make no system call at all.
+    pub wakeups: u64,
 }
 
 /// A snapshot of one reader's progress, as last reported by the reader (once per batch).

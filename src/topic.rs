@@ -268,6 +268,7 @@ impl<T: Send + Sync + 'static> Topic<T> {
                         .map(|&p| ReaderStats { position: p, lag: s.end.saturating_sub(p) })
                         .collect(),
                     parked_readers: s.parked,
+                    wakeups: s.wakeups,
                 }
             })
             .collect();

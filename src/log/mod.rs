@@ -117,6 +117,8 @@ pub(crate) struct Log<T> {
     min_read: AtomicU64,
     /// Bytes retained (byte retention only).
     total_bytes: AtomicU64,
+    /// Futex wake calls issued for parked readers (a statistic; only the cold wake path counts).
+    wakeups: AtomicU64,
     /// Single-producer: a writer holds the producer role.
     writer_claimed: AtomicBool,
     /// Publishers blocked by `Overflow::Block` sleep here; readers bump it when they make room.
@@ -157,6 +159,7 @@ impl<T: Send + Sync + 'static> Log<T> {
             final_end: AtomicU64::new(0),
             min_read: AtomicU64::new(0),
             total_bytes: AtomicU64::new(0),
+            wakeups: AtomicU64::new(0),
             writer_claimed: AtomicBool::new(false),
             space: Futex::new(0),
             admin: Mutex::new(Admin { oldest: 0 }),
@@ -318,6 +321,9 @@ impl<T: Send + Sync + 'static> Log<T> {
         if let Some(new_start) = trimmed_to {
             // Release: the unlinks above are ordered before readers see the new start.
             self.start.store(new_start, Ordering::Release);
+            // Segments are large garbage: hand them to the collector now rather than when this
+            // thread's bag of deferred functions fills up, so they come back to the pool soon.
+            guard.flush();
         }
     }
 
@@ -477,6 +483,8 @@ impl<T: Send + Sync + 'static> Log<T> {
             if word.load(Ordering::Relaxed) == PARKED && word.swap(RUNNING, Ordering::Relaxed) == PARKED
             {
                 c.futex.wake_one();
+                // Relaxed: a statistic.
+                self.wakeups.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
@@ -794,6 +802,7 @@ impl<T: Send + Sync + 'static> Log<T> {
             readers: positions,
             parked: self.state.load(Ordering::Relaxed) & PARKED_MASK,
             bytes: self.total_bytes.load(Ordering::Relaxed),
+            wakeups: self.wakeups.load(Ordering::Relaxed),
         }
     }
 }
@@ -807,6 +816,7 @@ pub(crate) struct LogStats {
     pub(crate) readers: Vec<u64>,
     pub(crate) parked: u64,
     pub(crate) bytes: u64,
+    pub(crate) wakeups: u64,
 }
 
 struct Closedish;

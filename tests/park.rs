@@ -1,0 +1,92 @@
+//! I5: a parked reader costs no CPU and is woken by the publish it waits for; a publish with no
+//! reader parked does no wake-up work (no system call).
+
+#![cfg(target_os = "linux")]
+
+use std::{
+    sync::mpsc,
+    thread,
+    time::{Duration, Instant},
+};
+
+use logbus::{Start, Topic, TopicConfig};
+
+/// User + system CPU time of one thread, in clock ticks, from /proc.
+fn thread_cpu_ticks(tid: i32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap();
+    // Fields after the command name (which is in parentheses and may hold spaces).
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the full line: 12 and 13 after the name.
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+fn thread_state(tid: i32) -> char {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap();
+    stat[stat.rfind(')').unwrap() + 2..].chars().next().unwrap()
+}
+
+fn wait_until(mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < Duration::from_secs(30), "condition never became true");
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn a_parked_reader_sleeps_and_costs_no_cpu() {
+    let topic = Topic::<u64>::new("idle", TopicConfig::default()).unwrap();
+    let mut reader = topic.reader(0, Start::Earliest).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let h = thread::spawn(move || {
+        // SAFETY: gettid has no preconditions.
+        tx.send(unsafe { libc::gettid() }).unwrap();
+        *reader.next().unwrap()
+    });
+    let tid = rx.recv().unwrap();
+    wait_until(|| topic.stats().partitions[0].parked_readers == 1);
+    let before = thread_cpu_ticks(tid);
+    thread::sleep(Duration::from_millis(300));
+    assert_eq!(thread_state(tid), 'S', "the parked reader is asleep in the kernel");
+    let used = thread_cpu_ticks(tid) - before;
+    assert!(used <= 1, "a parked reader used {used} ticks of CPU in 300 ms");
+    topic.publish(7).unwrap();
+    assert_eq!(h.join().unwrap(), 7, "the publish woke it");
+    let stats = &topic.stats().partitions[0];
+    assert_eq!(stats.wakeups, 1);
+    assert_eq!(stats.parked_readers, 0);
+}
+
+#[test]
+fn publishing_with_nobody_parked_does_no_wake_work() {
+    let topic = Topic::<u64>::new("busy", TopicConfig::default()).unwrap();
+    let mut reader = topic.reader(0, Start::Earliest).unwrap();
+    let mut p = topic.producer().unwrap();
+    for i in 0..100_000 {
+        p.publish(i).unwrap();
+    }
+    for i in 0..100_000 {
+        assert_eq!(*reader.next().unwrap(), i);
+    }
+    assert_eq!(topic.stats().partitions[0].wakeups, 0, "no reader was parked, no wake-up made");
+}
+
+#[test]
+fn only_parked_readers_are_woken() {
+    let topic = Topic::<u64>::new("some", TopicConfig::default()).unwrap();
+    let parked: Vec<_> = (0..3)
+        .map(|_| {
+            let mut r = topic.reader(0, Start::Earliest).unwrap();
+            thread::spawn(move || *r.next().unwrap())
+        })
+        .collect();
+    // A fourth reader exists but is not waiting.
+    let _idle = topic.reader(0, Start::Earliest).unwrap();
+    wait_until(|| topic.stats().partitions[0].parked_readers == 3);
+    topic.publish(11).unwrap();
+    for h in parked {
+        assert_eq!(h.join().unwrap(), 11);
+    }
+    assert_eq!(topic.stats().partitions[0].wakeups, 3);
+}

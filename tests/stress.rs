@@ -1,0 +1,133 @@
+//! Many producers, many readers: offsets dense and unique (I1), every producer's order kept in
+//! every reader (I3), nothing lost. Scaled by `LOGBUS_STRESS` (default 1; CI may lower it with 0).
+
+use std::{collections::HashSet, thread};
+
+use logbus::{Producers, ReadError, Start, Topic, TopicConfig};
+
+fn scale() -> u64 {
+    std::env::var("LOGBUS_STRESS").ok().and_then(|s| s.parse().ok()).unwrap_or(1)
+}
+
+/// Value = producer id in the high 16 bits, sequence number in the low 48.
+fn value(producer: u64, seq: u64) -> u64 {
+    producer << 48 | seq
+}
+
+fn run(producers: u64, readers: usize, per_producer: u64, config: TopicConfig<u64>, batch: bool) {
+    let topic = Topic::<u64>::new("stress", config).unwrap();
+    let total = producers * per_producer;
+    let reader_threads: Vec<_> = (0..readers)
+        .map(|_| {
+            let mut r = topic.reader(0, Start::Earliest).unwrap();
+            thread::spawn(move || {
+                let mut next_seq = vec![0u64; producers as usize];
+                let mut expected_offset = 0u64;
+                loop {
+                    match r.next_batch(64) {
+                        Ok(b) => {
+                            for rec in b.iter() {
+                                assert_eq!(rec.offset(), expected_offset, "dense, in order");
+                                expected_offset += 1;
+                                let (p, seq) = ((*rec >> 48) as usize, *rec & ((1 << 48) - 1));
+                                assert_eq!(seq, next_seq[p], "producer {p}'s order");
+                                next_seq[p] += 1;
+                            }
+                        }
+                        Err(ReadError::Closed) => break,
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                (expected_offset, next_seq)
+            })
+        })
+        .collect();
+    let offsets: Vec<_> = (0..producers)
+        .map(|p| {
+            let topic = topic.clone();
+            thread::spawn(move || {
+                let mut producer = topic.producer().unwrap();
+                let mut offsets = Vec::with_capacity(per_producer as usize);
+                let mut seq = 0;
+                while seq < per_producer {
+                    if batch && seq % 3 == 0 {
+                        let n = (per_producer - seq).min(1 + seq % 17);
+                        let b = producer.publish_batch((seq..seq + n).map(|s| value(p, s))).unwrap();
+                        offsets.extend(b.offsets);
+                        seq += n;
+                    } else {
+                        offsets.push(producer.publish(value(p, seq)).unwrap().offset);
+                        seq += 1;
+                    }
+                }
+                offsets
+            })
+        })
+        .collect();
+    let mut all = HashSet::new();
+    for h in offsets {
+        for o in h.join().unwrap() {
+            assert!(all.insert(o), "offset {o} handed out twice (I1)");
+        }
+    }
+    assert_eq!(all.len() as u64, total);
+    assert!(all.iter().all(|&o| o < total), "dense: offsets are exactly 0..total");
+    topic.close();
+    for h in reader_threads {
+        let (read, seqs) = h.join().unwrap();
+        assert_eq!(read, total);
+        assert!(seqs.iter().all(|&s| s == per_producer));
+    }
+}
+
+#[test]
+fn four_producers_three_readers() {
+    let n = 25_000 * scale().max(1);
+    run(4, 3, n, TopicConfig::default().segment_size(64), false);
+}
+
+#[test]
+fn four_producers_batches_default_segments() {
+    let n = 25_000 * scale().max(1);
+    run(4, 2, n, TopicConfig::default(), true);
+}
+
+#[test]
+fn single_producer_many_readers() {
+    let n = 200_000 * scale().max(1);
+    run(1, 4, n, TopicConfig::default().producers(Producers::Single), true);
+}
+
+#[test]
+fn readers_park_and_wake_when_producers_pause() {
+    // Producers pause between bursts long enough for readers to park; nothing may be lost.
+    let topic = Topic::<u64>::new(
+        "pauses",
+        TopicConfig::default().wait(logbus::WaitStrategy::park_at_once()),
+    )
+    .unwrap();
+    let readers: Vec<_> = (0..3)
+        .map(|_| {
+            let mut r = topic.reader(0, Start::Earliest).unwrap();
+            thread::spawn(move || {
+                let mut n = 0u64;
+                while let Ok(rec) = r.next() {
+                    assert_eq!(*rec, n);
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    let mut p = topic.producer().unwrap();
+    for i in 0..2_000u64 {
+        p.publish(i).unwrap();
+        if i % 100 == 0 {
+            thread::sleep(std::time::Duration::from_micros(300));
+        }
+    }
+    topic.close();
+    for r in readers {
+        assert_eq!(r.join().unwrap(), 2_000);
+    }
+}
