@@ -51,8 +51,8 @@ use crate::{
     config::{Overflow, SizeFn, TopicConfig, WaitStrategy},
     error::{Error, PublishError},
     sync::{
-        heavy_barrier, init_barriers, light_barrier, lock, spin_hint, yield_now, Arc, ArcSwap,
-        AtomicBool, AtomicU64, CachePadded, Epoch, Futex, Guard, Mutex, Ordering,
+        heavy_barrier, init_barriers, light_barrier, lock, spin_hint, unprotected, yield_now, Arc,
+        Atomic, AtomicBool, AtomicU64, CachePadded, Epoch, Futex, Guard, Mutex, Ordering, Owned,
     },
 };
 use directory::Directory;
@@ -124,7 +124,9 @@ pub(crate) struct Log<T> {
     /// Publishers blocked by `Overflow::Block` sleep here; readers bump it when they make room.
     space: Futex,
     admin: Mutex<Admin>,
-    readers: ArcSwap<Vec<CursorRef>>,
+    /// The attached readers: an immutable snapshot, replaced under the admin lock and retired
+    /// through the epoch (publishers read it only to wake parked readers or to compute room).
+    readers: Atomic<Vec<CursorRef>>,
     dir: Directory<T>,
     pool: Arc<Pool<T>>,
     epoch: Epoch,
@@ -163,7 +165,7 @@ impl<T: Send + Sync + 'static> Log<T> {
             writer_claimed: AtomicBool::new(false),
             space: Futex::new(0),
             admin: Mutex::new(Admin { oldest: 0 }),
-            readers: ArcSwap::from_pointee(Vec::new()),
+            readers: Atomic::new(Vec::new()),
             dir: Directory::new(shift),
             pool: Pool::new(size, !single, POOL_KEEP),
             epoch: Epoch::new(),
@@ -255,7 +257,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         // Relaxed: `installed` is only stored under the admin lock we hold.
         let mut next = self.installed.load(Ordering::Relaxed);
         while next <= index + 1 {
-            let seg = self.pool.take(next << self.shift);
+            let seg = Pool::take(&self.pool, next << self.shift);
             self.dir.install(next, admin.oldest, seg, &guard);
             next += 1;
             // Release: the directory entry is stored before lookups may ask for it.
@@ -391,9 +393,7 @@ impl<T: Send + Sync + 'static> Log<T> {
             futex: Futex::new(RUNNING),
         }));
         let _admin = lock(&self.admin);
-        let mut list = Vec::clone(&self.readers.load());
-        list.push(Arc::clone(&cursor));
-        self.readers.store(std::sync::Arc::new(list));
+        self.replace_readers(|list| list.push(Arc::clone(&cursor)));
         // Relaxed: a hint; the next room check recomputes from the cursors.
         self.min_read.store(0, Ordering::Relaxed);
         cursor
@@ -402,11 +402,33 @@ impl<T: Send + Sync + 'static> Log<T> {
     pub(crate) fn deregister(&self, cursor: &CursorRef) {
         {
             let _admin = lock(&self.admin);
-            let mut list = Vec::clone(&self.readers.load());
-            list.retain(|c| !Arc::ptr_eq(c, cursor));
-            self.readers.store(std::sync::Arc::new(list));
+            self.replace_readers(|list| list.retain(|c| !Arc::ptr_eq(c, cursor)));
         }
         self.made_room();
+    }
+
+    /// Publishes a changed copy of the reader list. Caller holds the admin lock.
+    fn replace_readers(&self, change: impl FnOnce(&mut Vec<CursorRef>)) {
+        let guard = self.epoch.pin();
+        // Relaxed: the list is only replaced under the admin lock, which the caller holds.
+        let current = self.readers.load(Ordering::Relaxed, &guard);
+        // SAFETY: never null; only the admin lock holder retires it.
+        let mut list = Vec::clone(unsafe { current.deref() });
+        change(&mut list);
+        // Release: publishes the new list's contents to readers of the pointer (Acquire).
+        let old = self.readers.swap(Owned::new(list), Ordering::Release, &guard);
+        // SAFETY: unlinked just now; pinned threads may still iterate it, so it is destroyed after
+        // every current pin ends.
+        unsafe { guard.defer_destroy(old) };
+    }
+
+    /// Runs `f` over the attached readers' cursors.
+    fn with_readers<R>(&self, f: impl FnOnce(&[CursorRef]) -> R) -> R {
+        let guard = self.epoch.pin();
+        // Acquire: pairs with the Release swap in `replace_readers`.
+        let list = self.readers.load(Ordering::Acquire, &guard);
+        // SAFETY: never null, and retired only through the epoch while we are pinned.
+        f(unsafe { list.deref() })
     }
 
     /// A reader moved its cursor (forward or by seek).
@@ -431,7 +453,7 @@ impl<T: Send + Sync + 'static> Log<T> {
 
     fn slowest_reader(&self) -> Option<u64> {
         // Acquire: pairs with the readers' Release stores of their positions.
-        self.readers.load().iter().map(|c| c.pos.load(Ordering::Acquire)).min()
+        self.with_readers(|list| list.iter().map(|c| c.pos.load(Ordering::Acquire)).min())
     }
 
     /// Parks the calling reader until a publisher wakes it, `ready()` holds, or `deadline` passes.
@@ -477,16 +499,20 @@ impl<T: Send + Sync + 'static> Log<T> {
 
     #[cold]
     fn wake_readers(&self) {
-        for c in self.readers.load().iter() {
-            let word = c.futex.word();
-            // Relaxed: the word carries no data; the reader re-checks the log with Acquire loads.
-            if word.load(Ordering::Relaxed) == PARKED && word.swap(RUNNING, Ordering::Relaxed) == PARKED
-            {
-                c.futex.wake_one();
-                // Relaxed: a statistic.
-                self.wakeups.fetch_add(1, Ordering::Relaxed);
+        self.with_readers(|list| {
+            for c in list {
+                let word = c.futex.word();
+                // Relaxed: the word carries no data; the reader re-checks the log with Acquire
+                // loads.
+                if word.load(Ordering::Relaxed) == PARKED
+                    && word.swap(RUNNING, Ordering::Relaxed) == PARKED
+                {
+                    c.futex.wake_one();
+                    // Relaxed: a statistic.
+                    self.wakeups.fetch_add(1, Ordering::Relaxed);
+                }
             }
-        }
+        })
     }
 
     // -------------------------------------------------------------------------------------------
@@ -790,9 +816,9 @@ impl<T: Send + Sync + 'static> Log<T> {
     pub(crate) fn stats(&self) -> LogStats {
         let start = self.start();
         let end = self.end();
-        let readers = self.readers.load();
+        // Relaxed: a snapshot for statistics.
         let positions: Vec<u64> =
-            readers.iter().map(|c| c.pos.load(Ordering::Relaxed)).collect();
+            self.with_readers(|list| list.iter().map(|c| c.pos.load(Ordering::Relaxed)).collect());
         let oldest = lock(&self.admin).oldest;
         LogStats {
             start,
@@ -853,6 +879,11 @@ impl<T> Drop for Log<T> {
                 // (they hold the log alive), so releasing at once is safe.
                 unsafe { Segment::release(ptr) };
             }
+        }
+        // SAFETY: `&mut self`: nobody else can load the reader list any more.
+        unsafe {
+            let list = self.readers.load(Ordering::Relaxed, unprotected());
+            drop(list.into_owned());
         }
         // Push this thread's deferred releases out and let the collector run, so trimmed values
         // are dropped soon after their log even if no thread pins again.

@@ -256,15 +256,15 @@ impl<T> Pool<T> {
     }
 
     /// A segment for the offsets `[base, base + size)`, with one reference (the directory's).
-    pub(crate) fn take(self: &Arc<Self>, base: u64) -> *mut Segment<T> {
-        let spare = lock(&self.spare).pop();
-        let mut seg = spare.unwrap_or_else(|| Segment::allocate(self.size, self.stamped));
+    pub(crate) fn take(this: &Arc<Self>, base: u64) -> *mut Segment<T> {
+        let spare = lock(&this.spare).pop();
+        let mut seg = spare.unwrap_or_else(|| Segment::allocate(this.size, this.stamped));
         seg.base = base;
         // Relaxed: the segment is not shared yet; installing it publishes these with Release.
         seg.refs.store(1, Ordering::Relaxed);
         seg.filled.store(0, Ordering::Relaxed);
         seg.bytes.store(0, Ordering::Relaxed);
-        seg.pool = Some(Arc::clone(self));
+        seg.pool = Some(Arc::clone(this));
         Box::into_raw(seg)
     }
 

@@ -1,0 +1,119 @@
+//! Every error case of the core, typed, and nothing lost.
+
+use logbus::{Broker, Error, Overflow, Producers, PublishError, Topic, TopicConfig};
+
+#[test]
+fn invalid_names() {
+    let broker = Broker::new();
+    let long = "x".repeat(250);
+    for name in ["", ".", "..", "has space", "slash/name", "ümlaut", long.as_str()] {
+        match broker.topic::<u8>(name, TopicConfig::default()) {
+            Err(Error::InvalidName { name: n, .. }) => assert_eq!(n, name),
+            other => panic!("{name:?} accepted: {other:?}"),
+        }
+    }
+    let longest = "y".repeat(249);
+    for name in ["a", "orders.dlq", "A-b_c.9", longest.as_str()] {
+        broker.topic::<u8>(name, TopicConfig::default()).unwrap();
+    }
+    assert!(broker.topics().is_empty() == false);
+}
+
+#[test]
+fn invalid_configs() {
+    let broker = Broker::new();
+    let cases: Vec<TopicConfig<u8>> = vec![
+        TopicConfig::default().partitions(0),
+        TopicConfig::default().partitions(5000),
+        TopicConfig::default().segment_size(0),
+        TopicConfig::default().segment_size(1),
+        TopicConfig::default().segment_size(1000),
+        TopicConfig::default().segment_size(1 << 25),
+        TopicConfig::default().max_records(0),
+        TopicConfig::default().max_bytes(0, |_| 1),
+        TopicConfig::default().max_age(std::time::Duration::ZERO),
+        TopicConfig::default().overflow(Overflow::Block),
+        TopicConfig::default().overflow(Overflow::Reject),
+    ];
+    for config in cases {
+        let shown = format!("{config:?}");
+        match broker.topic::<u8>("c", config) {
+            Err(Error::InvalidConfig(why)) => assert!(!why.is_empty()),
+            other => panic!("{shown} accepted: {other:?}"),
+        }
+    }
+    assert!(broker.topics().is_empty(), "nothing was created");
+    assert!(matches!(
+        Topic::<u8>::new("direct", TopicConfig::default().partitions(0)),
+        Err(Error::InvalidConfig(_))
+    ));
+}
+
+#[test]
+fn create_or_get_type_and_config_mismatch() {
+    let broker = Broker::new();
+    let a = broker.topic::<u32>("t", TopicConfig::default().partitions(2)).unwrap();
+    let b = broker.topic::<u32>("t", TopicConfig::default().partitions(2)).unwrap();
+    a.publish(1).unwrap();
+    assert_eq!(b.stats().partitions.iter().map(|p| p.end).sum::<u64>(), 1, "the same topic");
+    match broker.topic::<u64>("t", TopicConfig::default()) {
+        Err(Error::TypeMismatch { topic, requested, actual }) => {
+            assert_eq!(topic, "t");
+            assert!(requested.contains("u64") && actual.contains("u32"));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        broker.topic::<u32>("t", TopicConfig::default().partitions(3)).unwrap_err(),
+        Error::ConfigMismatch("t".into())
+    );
+    assert!(matches!(broker.get::<String>("t"), Err(Error::TypeMismatch { .. })));
+    assert_eq!(broker.get::<u32>("nope").unwrap_err(), Error::UnknownTopic("nope".into()));
+    assert_eq!(broker.delete("nope").unwrap_err(), Error::UnknownTopic("nope".into()));
+    assert_eq!(broker.topics(), vec!["t".to_string()]);
+    broker.delete("t").unwrap();
+    assert!(broker.topics().is_empty());
+    assert!(a.is_closed());
+    // The name is free again, even for another type.
+    broker.topic::<String>("t", TopicConfig::default()).unwrap();
+    let shown = Error::UnknownTopic("x".into()).to_string();
+    assert!(shown.contains("x"));
+}
+
+#[test]
+fn publish_errors_hand_values_back() {
+    let t = Topic::<String>::new("p", TopicConfig::default()).unwrap();
+    t.close();
+    match t.publish("a".into()) {
+        Err(PublishError::Closed(v)) => assert_eq!(v, "a"),
+        other => panic!("{other:?}"),
+    }
+    match t.publish_batch(vec!["b".to_string(), "c".to_string()]) {
+        Err(PublishError::Closed(v)) => assert_eq!(v, ["b", "c"]),
+        other => panic!("{other:?}"),
+    }
+    let mut p = t.producer().unwrap();
+    assert_eq!(p.publish_keyed("k", "d".into()).unwrap_err().into_inner(), "d");
+    let e = p.publish("e".into()).unwrap_err();
+    assert_eq!(e.to_string(), "the topic is closed");
+    assert_eq!(format!("{e:?}"), "Closed(..)");
+    // A single-producer topic refuses a second producer with a typed error.
+    let s = Topic::<u8>::new("s", TopicConfig::default().producers(Producers::Single)).unwrap();
+    let _p = s.producer().unwrap();
+    assert_eq!(s.producer().unwrap_err(), Error::ProducerInUse);
+}
+
+#[test]
+fn handles_are_send_sync_where_they_should_be() {
+    fn send<T: Send>() {}
+    fn sync<T: Sync>() {}
+    send::<Broker>();
+    sync::<Broker>();
+    send::<Topic<String>>();
+    sync::<Topic<String>>();
+    send::<logbus::Producer<String>>();
+    send::<logbus::Reader<String>>();
+    sync::<logbus::Reader<String>>();
+    send::<Error>();
+    sync::<Error>();
+}
