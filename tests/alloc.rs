@@ -1,7 +1,7 @@
 //! The hot path allocates nothing. Inside installed segments, 100,000 publishes and reads make zero
 //! allocations; in the steady state of a trimming topic (segments recycled through the pool) the
-//! only allocation is crossbeam-epoch's garbage-queue node when a trimmed segment is retired: one
-//! per segment, none per record.
+//! allocations are per segment (crossbeam-epoch's garbage-queue node when a trimmed segment is
+//! retired, and a fresh segment when the pool's spares are not reclaimed yet), never per record.
 
 use std::{
     alloc::{GlobalAlloc, Layout, System},
@@ -88,7 +88,9 @@ fn steady_state_allocates_per_segment_not_per_record() {
         let config =
             TopicConfig::default().producers(producers).segment_size(4096).max_records(8192);
         let allocs = run(config);
-        // 100,000 records cross 25 segments of 4096.
-        assert!(allocs <= 25, "{producers:?}: {allocs} allocations for 100,000 records");
+        // 100,000 records cross 25 segments of 4096. Each retired segment costs the epoch one
+        // garbage node, and now and then a segment is allocated because the pool's spare was not
+        // reclaimed yet: a small constant per segment, never one per record.
+        assert!(allocs <= 2 * 25, "{producers:?}: {allocs} allocations for 100,000 records");
     }
 }
