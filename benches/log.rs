@@ -1,1 +1,188 @@
-fn main() {}
+//! Criterion benchmarks of the engine's hot paths.
+//!
+//! `cargo bench` runs them; `.ci/run` runs them once each in test mode (`cargo bench -- --test`) so
+//! they never rot. Cross-thread figures depend on how this VM places its two vCPUs: compare them
+//! only with figures from the same run (see `perf/` for side-by-side comparisons with peers).
+
+use std::{
+    hint::black_box,
+    sync::{Arc, Barrier},
+    thread,
+    time::{Duration, Instant},
+};
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use logbus::{Producers, ReadError, Start, Topic, TopicConfig};
+
+const N: u64 = 1 << 16;
+
+fn topic(producers: Producers) -> Topic<u64> {
+    // Retention keeps memory flat across criterion's many iterations.
+    Topic::new(
+        "bench",
+        TopicConfig::default()
+            .producers(producers)
+            .max_records(1 << 20),
+    )
+    .unwrap()
+}
+
+fn modes() -> [(&'static str, Producers); 2] {
+    [("multi", Producers::Multi), ("single", Producers::Single)]
+}
+
+/// Publishing from one thread, no reader.
+fn publish(c: &mut Criterion) {
+    let mut g = c.benchmark_group("publish");
+    g.throughput(Throughput::Elements(N));
+    for (name, mode) in modes() {
+        let t = topic(mode);
+        let mut p = t.producer().unwrap();
+        g.bench_function(BenchmarkId::new("one_by_one", name), |b| {
+            b.iter(|| {
+                for i in 0..N {
+                    black_box(p.publish(i).unwrap());
+                }
+            })
+        });
+        let mut buf = Vec::with_capacity(256);
+        g.bench_function(BenchmarkId::new("batch_256", name), |b| {
+            b.iter(|| {
+                for chunk in 0..N / 256 {
+                    buf.clear();
+                    buf.extend(chunk * 256..(chunk + 1) * 256);
+                    black_box(p.publish_batch(buf.drain(..)).unwrap());
+                }
+            })
+        });
+    }
+    // The convenience path: one segment reference taken and dropped per publish.
+    let t = topic(Producers::Multi);
+    g.bench_function("topic_publish/multi", |b| {
+        b.iter(|| {
+            for i in 0..N {
+                black_box(t.publish(i).unwrap());
+            }
+        })
+    });
+    g.finish();
+}
+
+/// Reading what is already published, from one thread.
+fn read(c: &mut Criterion) {
+    let mut g = c.benchmark_group("read");
+    g.throughput(Throughput::Elements(N));
+    for (name, mode) in modes() {
+        let t = topic(mode);
+        let mut p = t.producer().unwrap();
+        for i in 0..N {
+            p.publish(i).unwrap();
+        }
+        let mut r = t.reader(0, Start::Earliest).unwrap();
+        g.bench_function(BenchmarkId::new("one_by_one", name), |b| {
+            b.iter(|| {
+                r.seek(Start::Offset(0)).unwrap();
+                let mut sum = 0u64;
+                for _ in 0..N {
+                    sum += *r.next().unwrap();
+                }
+                black_box(sum)
+            })
+        });
+        g.bench_function(BenchmarkId::new("batch_256", name), |b| {
+            b.iter(|| {
+                r.seek(Start::Offset(0)).unwrap();
+                let mut sum = 0u64;
+                let mut n = 0;
+                while n < N {
+                    let batch = r.next_batch(256).unwrap();
+                    n += batch.len() as u64;
+                    sum += batch.values().sum::<u64>();
+                }
+                black_box(sum)
+            })
+        });
+    }
+    g.finish();
+}
+
+/// One producer thread, `readers` reader threads; time until the slowest reader has all records.
+fn fan_out(mode: Producers, readers: usize, iters: u64) -> Duration {
+    let mut total = Duration::ZERO;
+    for _ in 0..iters {
+        let t = topic(mode);
+        let barrier = Arc::new(Barrier::new(readers + 1));
+        let handles: Vec<_> = (0..readers)
+            .map(|_| {
+                let mut r = t.reader(0, Start::Earliest).unwrap();
+                let barrier = barrier.clone();
+                thread::spawn(move || {
+                    barrier.wait();
+                    let mut expected = 0u64;
+                    while expected < N {
+                        match r.next_batch(1024) {
+                            Ok(b) => {
+                                for v in b.values() {
+                                    assert_eq!(*v, expected);
+                                    expected += 1;
+                                }
+                            }
+                            Err(ReadError::Lagged(_)) => panic!("no retention in this bench"),
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                    Instant::now()
+                })
+            })
+            .collect();
+        let mut p = t.producer().unwrap();
+        barrier.wait();
+        let start = Instant::now();
+        for i in 0..N {
+            p.publish(i).unwrap();
+        }
+        let end = handles
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .max()
+            .unwrap();
+        total += end - start;
+    }
+    total
+}
+
+fn cross_thread(c: &mut Criterion) {
+    let mut g = c.benchmark_group("cross_thread");
+    g.throughput(Throughput::Elements(N));
+    g.sample_size(20);
+    for (name, mode) in modes() {
+        g.bench_function(BenchmarkId::new("1to1", name), |b| {
+            b.iter_custom(|iters| fan_out(mode, 1, iters))
+        });
+        g.bench_function(BenchmarkId::new("1to4", name), |b| {
+            b.iter_custom(|iters| fan_out(mode, 4, iters))
+        });
+    }
+    // The harness itself: spawning, barrier and joining with no records at all.
+    g.bench_function("baseline_spawn_join", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let barrier = Arc::new(Barrier::new(2));
+                let b2 = barrier.clone();
+                let h = thread::spawn(move || {
+                    b2.wait();
+                    Instant::now()
+                });
+                barrier.wait();
+                let start = Instant::now();
+                total += h.join().unwrap().saturating_duration_since(start);
+            }
+            total
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, publish, read, cross_thread);
+criterion_main!(benches);

@@ -66,13 +66,20 @@ impl Default for Broker {
 
 impl fmt::Debug for Broker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Broker").field("topics", &self.topics()).finish()
+        f.debug_struct("Broker")
+            .field("topics", &self.topics())
+            .finish()
     }
 }
 
 /// Checks a topic name: 1 to 249 bytes of `[A-Za-z0-9._-]`, and not `.` or `..`.
 pub(crate) fn check_name(name: &str) -> Result<(), Error> {
-    let bad = |reason| Err(Error::InvalidName { name: name.to_owned(), reason });
+    let bad = |reason| {
+        Err(Error::InvalidName {
+            name: name.to_owned(),
+            reason,
+        })
+    };
     if name.is_empty() {
         return bad("empty");
     }
@@ -82,7 +89,10 @@ pub(crate) fn check_name(name: &str) -> Result<(), Error> {
     if name == "." || name == ".." {
         return bad("`.` and `..` are reserved");
     }
-    if !name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')) {
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    {
         return bad("only ASCII letters, digits, `.`, `_` and `-` are allowed");
     }
     Ok(())

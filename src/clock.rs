@@ -10,7 +10,9 @@ pub(crate) fn now_nanos() -> u64 {
 
 pub(crate) fn to_nanos(t: SystemTime) -> u64 {
     match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => u64::try_from(d.as_nanos()).unwrap_or(u64::MAX >> 1).min(u64::MAX >> 1),
+        Ok(d) => u64::try_from(d.as_nanos())
+            .unwrap_or(u64::MAX >> 1)
+            .min(u64::MAX >> 1),
         Err(_) => 0,
     }
 }

@@ -81,7 +81,11 @@ impl WaitStrategy {
 
     /// Park as soon as nothing is ready: lowest CPU use, highest latency.
     pub fn park_at_once() -> Self {
-        WaitStrategy { spin_polls: 0, yield_for: Duration::ZERO, yield_after_batch: false }
+        WaitStrategy {
+            spin_polls: 0,
+            yield_for: Duration::ZERO,
+            yield_after_batch: false,
+        }
     }
 }
 
@@ -220,7 +224,11 @@ impl<T> TopicConfig<T> {
     /// Trim the oldest segments while a partition holds more than `n` bytes, each record counted
     /// by `size_of` (called before the record is reserved, never inside the engine). A single record
     /// larger than `n` is refused with [`PublishError::TooLarge`](crate::PublishError::TooLarge).
-    pub fn max_bytes(mut self, n: u64, size_of: impl Fn(&T) -> usize + Send + Sync + 'static) -> Self {
+    pub fn max_bytes(
+        mut self,
+        n: u64,
+        size_of: impl Fn(&T) -> usize + Send + Sync + 'static,
+    ) -> Self {
         self.max_bytes = Some((n, Arc::new(size_of)));
         self
     }
@@ -272,7 +280,8 @@ impl<T> TopicConfig<T> {
         if self.max_age == Some(Duration::ZERO) {
             return bad("max_age must be more than zero");
         }
-        if matches!(self.overflow, Overflow::Block | Overflow::Reject) && self.max_records.is_none() {
+        if matches!(self.overflow, Overflow::Block | Overflow::Reject) && self.max_records.is_none()
+        {
             return bad("Block and Reject need a capacity: set max_records");
         }
         if self.max_records.is_some_and(|n| n > (1 << 62)) {

@@ -54,18 +54,30 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::UnknownTopic(t) => write!(f, "unknown topic `{t}`"),
-            Error::TypeMismatch { topic, requested, actual } => write!(
+            Error::TypeMismatch {
+                topic,
+                requested,
+                actual,
+            } => write!(
                 f,
                 "topic `{topic}` holds records of type `{actual}`, not `{requested}`"
             ),
             Error::ConfigMismatch(t) => write!(f, "topic `{t}` exists with another configuration"),
-            Error::InvalidName { name, reason } => write!(f, "invalid topic name {name:?}: {reason}"),
+            Error::InvalidName { name, reason } => {
+                write!(f, "invalid topic name {name:?}: {reason}")
+            }
             Error::InvalidConfig(why) => write!(f, "invalid topic configuration: {why}"),
-            Error::NoSuchPartition { partition, partitions } => {
+            Error::NoSuchPartition {
+                partition,
+                partitions,
+            } => {
                 write!(f, "no partition {partition}: the topic has {partitions}")
             }
             Error::OffsetOutOfRange { offset, start, end } => {
-                write!(f, "offset {offset} is outside the retained range {start}..={end}")
+                write!(
+                    f,
+                    "offset {offset} is outside the retained range {start}..={end}"
+                )
             }
             Error::ProducerInUse => f.write_str("the single-producer topic already has a producer"),
             Error::Closed => f.write_str("the topic is closed"),

@@ -96,4 +96,4 @@ pub use config::{
 pub use error::{Error, PublishError, ReadError};
 pub use reader::{Batch, Reader, Record, Start};
 pub use stats::{PartitionStats, ReaderStats, TopicStats};
-pub use topic::{Producer, Published, PublishedBatch, PublishToError, Topic};
+pub use topic::{Producer, PublishToError, Published, PublishedBatch, Topic};

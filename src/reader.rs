@@ -68,7 +68,15 @@ impl<T: Send + Sync + 'static> Reader<T> {
     pub(crate) fn new(log: Arc<Log<T>>, partition: u32, start: Start) -> Result<Self, Error> {
         let pos = resolve(&log, start)?;
         let cursor = log.register(pos);
-        Ok(Reader { log, cursor, partition, next: pos, ready: pos, seg: None, fed: false })
+        Ok(Reader {
+            log,
+            cursor,
+            partition,
+            next: pos,
+            ready: pos,
+            seg: None,
+            fed: false,
+        })
     }
 
     /// The partition this reader reads.
@@ -102,6 +110,9 @@ impl<T: Send + Sync + 'static> Reader<T> {
     /// Errors: [`ReadError::Lagged`] once when retention removed records this reader had not read
     /// (it then continues at the oldest retained record), [`ReadError::Closed`] when the topic is
     /// closed and everything published was read.
+    // Not `Iterator::next`: a record borrows the reader (a lending cursor), which `Iterator` cannot
+    // express without cloning values.
+    #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Result<Record<'_, T>, ReadError> {
         self.wait_ready(None, SCAN)?;
         Ok(self.take_one())
@@ -149,7 +160,9 @@ impl<T: Send + Sync + 'static> Reader<T> {
         timeout: Duration,
     ) -> Result<Batch<'_, T>, ReadError> {
         let max = max.max(1) as u64;
-        let deadline = Instant::now().checked_add(timeout).unwrap_or_else(far_future);
+        let deadline = Instant::now()
+            .checked_add(timeout)
+            .unwrap_or_else(far_future);
         self.wait_ready(Some(deadline), max)?;
         Ok(self.take_batch(max))
     }
@@ -158,8 +171,16 @@ impl<T: Send + Sync + 'static> Reader<T> {
         debug_assert!(self.next < self.ready);
         let offset = self.next;
         self.next += 1;
-        let seg = self.seg.as_deref().expect("a ready range implies a segment");
-        Record { seg, index: (offset - seg.base()) as usize, offset, partition: self.partition }
+        let seg = self
+            .seg
+            .as_deref()
+            .expect("a ready range implies a segment");
+        Record {
+            seg,
+            index: (offset - seg.base()) as usize,
+            offset,
+            partition: self.partition,
+        }
     }
 
     fn take_batch(&mut self, max: u64) -> Batch<'_, T> {
@@ -167,7 +188,10 @@ impl<T: Send + Sync + 'static> Reader<T> {
         let first = self.next;
         let len = (self.ready - first).min(max);
         self.next += len;
-        let seg = self.seg.as_deref().expect("a ready range implies a segment");
+        let seg = self
+            .seg
+            .as_deref()
+            .expect("a ready range implies a segment");
         Batch {
             seg,
             from: (first - seg.base()) as usize,
@@ -276,7 +300,11 @@ pub(crate) fn resolve<T: Send + Sync + 'static>(log: &Log<T>, start: Start) -> R
         Start::Offset(o) => {
             let (s, e) = (log.start(), log.end());
             if o < s || o > e {
-                Err(Error::OffsetOutOfRange { offset: o, start: s, end: e })
+                Err(Error::OffsetOutOfRange {
+                    offset: o,
+                    start: s,
+                    end: e,
+                })
             } else {
                 Ok(o)
             }

@@ -308,7 +308,10 @@ pub(crate) fn heavy_barrier() {
         // `available()` said yes but the call failed: impossible after a successful registration.
         // A fence still keeps this side correct; the light side was already a compiler fence only,
         // so debug builds flag it.
-        debug_assert!(!membarrier::available(), "membarrier failed after registration");
+        debug_assert!(
+            !membarrier::available(),
+            "membarrier failed after registration"
+        );
     }
     fence(Ordering::SeqCst);
 }

@@ -64,7 +64,9 @@ pub struct Topic<T: Send + Sync + 'static> {
 
 impl<T: Send + Sync + 'static> Clone for Topic<T> {
     fn clone(&self) -> Self {
-        Topic { inner: Arc::clone(&self.inner) }
+        Topic {
+            inner: Arc::clone(&self.inner),
+        }
     }
 }
 
@@ -82,7 +84,9 @@ impl<T: Send + Sync + 'static> Topic<T> {
     /// one checks the configuration but not the name.
     pub fn new(name: &str, config: TopicConfig<T>) -> Result<Self, Error> {
         config.validate()?;
-        let partitions = (0..config.partitions).map(|_| Arc::new(Log::new(&config))).collect();
+        let partitions = (0..config.partitions)
+            .map(|_| Arc::new(Log::new(&config)))
+            .collect();
         Ok(Topic {
             inner: Arc::new(TopicInner {
                 name: name.to_owned(),
@@ -109,10 +113,13 @@ impl<T: Send + Sync + 'static> Topic<T> {
     }
 
     fn log(&self, partition: u32) -> Result<&Arc<Log<T>>, Error> {
-        self.inner.partitions.get(partition as usize).ok_or(Error::NoSuchPartition {
-            partition,
-            partitions: self.partitions(),
-        })
+        self.inner
+            .partitions
+            .get(partition as usize)
+            .ok_or(Error::NoSuchPartition {
+                partition,
+                partitions: self.partitions(),
+            })
     }
 
     fn next_partition(&self) -> u32 {
@@ -165,7 +172,8 @@ impl<T: Send + Sync + 'static> Topic<T> {
         if let Err(e) = self.log(partition) {
             return Err(PublishToError::Partition(e, value));
         }
-        self.publish_at(partition, None, value).map_err(PublishToError::Publish)
+        self.publish_at(partition, None, value)
+            .map_err(PublishToError::Publish)
     }
 
     /// Publishes a record to the partition its key hashes to (a stable hash: the same key always
@@ -218,7 +226,13 @@ impl<T: Send + Sync + 'static> Topic<T> {
                 }
             }
         }
-        Ok(Producer { topic: self.clone(), writers, next: 0, buffer: Vec::new(), sizes: Vec::new() })
+        Ok(Producer {
+            topic: self.clone(),
+            writers,
+            next: 0,
+            buffer: Vec::new(),
+            sizes: Vec::new(),
+        })
     }
 
     /// A reader of one partition, starting at `start`.
@@ -265,14 +279,21 @@ impl<T: Send + Sync + 'static> Topic<T> {
                     readers: s
                         .readers
                         .iter()
-                        .map(|&p| ReaderStats { position: p, lag: s.end.saturating_sub(p) })
+                        .map(|&p| ReaderStats {
+                            position: p,
+                            lag: s.end.saturating_sub(p),
+                        })
                         .collect(),
                     parked_readers: s.parked,
                     wakeups: s.wakeups,
                 }
             })
             .collect();
-        TopicStats { name: self.inner.name.clone(), closed: self.is_closed(), partitions }
+        TopicStats {
+            name: self.inner.name.clone(),
+            closed: self.is_closed(),
+            partitions,
+        }
     }
 
     pub(crate) fn same_config(&self, other: &TopicConfig<T>) -> bool {
@@ -325,7 +346,9 @@ pub struct Producer<T: Send + Sync + 'static> {
 
 impl<T: Send + Sync + 'static> fmt::Debug for Producer<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Producer").field("topic", &self.topic.name()).finish_non_exhaustive()
+        f.debug_struct("Producer")
+            .field("topic", &self.topic.name())
+            .finish_non_exhaustive()
     }
 }
 
@@ -351,7 +374,8 @@ impl<T: Send + Sync + 'static> Producer<T> {
         let size = self.topic.size_of(&value);
         let log = &self.topic.inner.partitions[partition as usize];
         let w = &mut self.writers[partition as usize];
-        log.publish(w, value, key, size).map(|offset| Published { partition, offset })
+        log.publish(w, value, key, size)
+            .map(|offset| Published { partition, offset })
     }
 
     /// Publishes a record (round-robin over partitions).
@@ -366,7 +390,8 @@ impl<T: Send + Sync + 'static> Producer<T> {
         if let Err(e) = self.topic.log(partition) {
             return Err(PublishToError::Partition(e, value));
         }
-        self.publish_at(partition, None, value).map_err(PublishToError::Publish)
+        self.publish_at(partition, None, value)
+            .map_err(PublishToError::Publish)
     }
 
     /// Publishes a record to the partition of its key (see [`Topic::publish_keyed`]).
@@ -417,7 +442,13 @@ impl<T: Send + Sync + 'static> Producer<T> {
 
 impl<T: Send + Sync + 'static> Drop for Producer<T> {
     fn drop(&mut self) {
-        for (log, w) in self.topic.inner.partitions.iter().zip(self.writers.iter_mut()) {
+        for (log, w) in self
+            .topic
+            .inner
+            .partitions
+            .iter()
+            .zip(self.writers.iter_mut())
+        {
             log.release_writer(w);
         }
     }

@@ -75,9 +75,14 @@ fn zero_allocations_inside_installed_segments() {
     for producers in [Producers::Multi, Producers::Single] {
         // One segment holds all 4 x 100,000 records of the run; it and the next one are installed
         // when the topic is created.
-        let config = TopicConfig::default().producers(producers).segment_size(1 << 19);
+        let config = TopicConfig::default()
+            .producers(producers)
+            .segment_size(1 << 19);
         let allocs = run(config);
-        assert_eq!(allocs, 0, "{producers:?}: allocations while publishing and reading");
+        assert_eq!(
+            allocs, 0,
+            "{producers:?}: allocations while publishing and reading"
+        );
     }
 }
 
@@ -85,12 +90,17 @@ fn zero_allocations_inside_installed_segments() {
 fn steady_state_allocates_per_segment_not_per_record() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     for producers in [Producers::Multi, Producers::Single] {
-        let config =
-            TopicConfig::default().producers(producers).segment_size(4096).max_records(8192);
+        let config = TopicConfig::default()
+            .producers(producers)
+            .segment_size(4096)
+            .max_records(8192);
         let allocs = run(config);
         // 100,000 records cross 25 segments of 4096. Each retired segment costs the epoch one
         // garbage node, and now and then a segment is allocated because the pool's spare was not
         // reclaimed yet: a small constant per segment, never one per record.
-        assert!(allocs <= 2 * 25, "{producers:?}: {allocs} allocations for 100,000 records");
+        assert!(
+            allocs <= 2 * 25,
+            "{producers:?}: {allocs} allocations for 100,000 records"
+        );
     }
 }

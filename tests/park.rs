@@ -29,7 +29,10 @@ fn thread_state(tid: i32) -> char {
 fn wait_until(mut f: impl FnMut() -> bool) {
     let start = Instant::now();
     while !f() {
-        assert!(start.elapsed() < Duration::from_secs(30), "condition never became true");
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "condition never became true"
+        );
         thread::sleep(Duration::from_millis(1));
     }
 }
@@ -48,9 +51,16 @@ fn a_parked_reader_sleeps_and_costs_no_cpu() {
     wait_until(|| topic.stats().partitions[0].parked_readers == 1);
     let before = thread_cpu_ticks(tid);
     thread::sleep(Duration::from_millis(300));
-    assert_eq!(thread_state(tid), 'S', "the parked reader is asleep in the kernel");
+    assert_eq!(
+        thread_state(tid),
+        'S',
+        "the parked reader is asleep in the kernel"
+    );
     let used = thread_cpu_ticks(tid) - before;
-    assert!(used <= 1, "a parked reader used {used} ticks of CPU in 300 ms");
+    assert!(
+        used <= 1,
+        "a parked reader used {used} ticks of CPU in 300 ms"
+    );
     topic.publish(7).unwrap();
     assert_eq!(h.join().unwrap(), 7, "the publish woke it");
     let stats = &topic.stats().partitions[0];
@@ -69,7 +79,11 @@ fn publishing_with_nobody_parked_does_no_wake_work() {
     for i in 0..100_000 {
         assert_eq!(*reader.next().unwrap(), i);
     }
-    assert_eq!(topic.stats().partitions[0].wakeups, 0, "no reader was parked, no wake-up made");
+    assert_eq!(
+        topic.stats().partitions[0].wakeups,
+        0,
+        "no reader was parked, no wake-up made"
+    );
 }
 
 #[test]

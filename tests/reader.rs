@@ -14,7 +14,9 @@ fn topic(config: TopicConfig<u64>) -> Topic<u64> {
 fn both_modes() -> [TopicConfig<u64>; 2] {
     [
         TopicConfig::default().segment_size(8),
-        TopicConfig::default().segment_size(8).producers(Producers::Single),
+        TopicConfig::default()
+            .segment_size(8)
+            .producers(Producers::Single),
     ]
 }
 
@@ -63,14 +65,24 @@ fn start_positions() {
         assert_eq!(r.position(), 10);
         assert_eq!(*r.next().unwrap(), 10);
         let future = SystemTime::now() + Duration::from_secs(3600);
-        assert_eq!(t.reader(0, Start::Timestamp(future)).unwrap().position(), 20);
+        assert_eq!(
+            t.reader(0, Start::Timestamp(future)).unwrap().position(),
+            20
+        );
         match t.reader(0, Start::Offset(21)) {
-            Err(Error::OffsetOutOfRange { offset: 21, start: 0, end: 20 }) => {}
+            Err(Error::OffsetOutOfRange {
+                offset: 21,
+                start: 0,
+                end: 20,
+            }) => {}
             other => panic!("unexpected {other:?}"),
         }
         assert!(matches!(
             t.reader(1, Start::Earliest),
-            Err(Error::NoSuchPartition { partition: 1, partitions: 1 })
+            Err(Error::NoSuchPartition {
+                partition: 1,
+                partitions: 1
+            })
         ));
     }
 }
@@ -97,7 +109,11 @@ fn seek_moves_and_refuses_out_of_range() {
     assert_eq!(*r.next().unwrap(), 1);
     assert_eq!(
         r.seek(Start::Offset(11)).unwrap_err(),
-        Error::OffsetOutOfRange { offset: 11, start: 0, end: 10 }
+        Error::OffsetOutOfRange {
+            offset: 11,
+            start: 0,
+            end: 10
+        }
     );
     // A refused seek leaves the reader where it was.
     assert_eq!(r.position(), 2);
@@ -130,7 +146,11 @@ fn batches_are_contiguous_and_stop_at_segment_ends() {
         let mut r = t.reader(0, Start::Earliest).unwrap();
         let small = r.next_batch(3).unwrap();
         assert_eq!(small.values().copied().collect::<Vec<_>>(), vec![0, 1, 2]);
-        assert_eq!(r.try_next_batch(0).unwrap().len(), 1, "max 0 is treated as 1");
+        assert_eq!(
+            r.try_next_batch(0).unwrap().len(),
+            1,
+            "max 0 is treated as 1"
+        );
         assert_eq!(r.position(), 4);
     }
 }
@@ -139,9 +159,19 @@ fn batches_are_contiguous_and_stop_at_segment_ends() {
 fn timeouts() {
     let t = topic(TopicConfig::default());
     let mut r = t.reader(0, Start::Earliest).unwrap();
-    assert_eq!(r.next_timeout(Duration::from_millis(30)).unwrap_err(), ReadError::Timeout);
-    assert_eq!(r.next_timeout(Duration::ZERO).unwrap_err(), ReadError::Timeout);
-    assert_eq!(r.next_batch_timeout(4, Duration::from_millis(1)).unwrap_err(), ReadError::Timeout);
+    assert_eq!(
+        r.next_timeout(Duration::from_millis(30)).unwrap_err(),
+        ReadError::Timeout
+    );
+    assert_eq!(
+        r.next_timeout(Duration::ZERO).unwrap_err(),
+        ReadError::Timeout
+    );
+    assert_eq!(
+        r.next_batch_timeout(4, Duration::from_millis(1))
+            .unwrap_err(),
+        ReadError::Timeout
+    );
     let t2 = t.clone();
     let h = thread::spawn(move || {
         thread::sleep(Duration::from_millis(50));
@@ -171,7 +201,10 @@ fn close_drains_then_reports_closed() {
         }
         assert_eq!(r.next().unwrap_err(), ReadError::Closed);
         assert_eq!(r.try_next().unwrap_err(), ReadError::Closed);
-        assert_eq!(r.next_timeout(Duration::from_secs(5)).unwrap_err(), ReadError::Closed);
+        assert_eq!(
+            r.next_timeout(Duration::from_secs(5)).unwrap_err(),
+            ReadError::Closed
+        );
         // Closing twice is harmless.
         t.close();
         assert_eq!(r.next().unwrap_err(), ReadError::Closed);
@@ -326,7 +359,10 @@ fn stats_report_positions_and_lag() {
     assert_eq!(p.readers[0].position, 0);
     assert_eq!(r.position(), 2);
     assert_eq!(r.lag(), 8);
-    assert!(p.segments >= 3, "10 records in segments of 4, plus one ahead");
+    assert!(
+        p.segments >= 3,
+        "10 records in segments of 4, plus one ahead"
+    );
     drop(r);
     assert!(t.stats().partitions[0].readers.is_empty());
 }

@@ -16,7 +16,10 @@ fn max_records_trims_whole_segments_and_readers_see_lagged() {
     for producers in [Producers::Multi, Producers::Single] {
         let t = Topic::<u64>::new(
             "r",
-            TopicConfig::default().segment_size(4).max_records(6).producers(producers),
+            TopicConfig::default()
+                .segment_size(4)
+                .max_records(6)
+                .producers(producers),
         )
         .unwrap();
         let mut r = t.reader(0, Start::Earliest).unwrap();
@@ -29,7 +32,11 @@ fn max_records_trims_whole_segments_and_readers_see_lagged() {
         // start at a segment boundary, fewer than 6 + 2 * 4 records retained.
         assert_eq!(s.end, 20);
         assert_eq!(s.start % 4, 0);
-        assert!(s.retained >= 6 && s.retained < 6 + 2 * 4, "retained {}", s.retained);
+        assert!(
+            s.retained >= 6 && s.retained < 6 + 2 * 4,
+            "retained {}",
+            s.retained
+        );
         assert!(s.start > 0);
         match r.next() {
             Err(ReadError::Lagged(n)) => assert_eq!(n, s.start),
@@ -95,7 +102,9 @@ fn lagged_count_is_exact_and_offsets_never_repeat() {
 fn max_bytes_trims_and_refuses_oversized_records() {
     let t = Topic::<Vec<u8>>::new(
         "b",
-        TopicConfig::default().segment_size(4).max_bytes(100, |v: &Vec<u8>| v.len()),
+        TopicConfig::default()
+            .segment_size(4)
+            .max_bytes(100, |v: &Vec<u8>| v.len()),
     )
     .unwrap();
     for _ in 0..40 {
@@ -121,7 +130,9 @@ fn max_bytes_trims_and_refuses_oversized_records() {
 fn max_age_trims_old_segments_when_a_new_one_starts() {
     let t = Topic::<u64>::new(
         "a",
-        TopicConfig::default().segment_size(4).max_age(Duration::from_millis(30)),
+        TopicConfig::default()
+            .segment_size(4)
+            .max_age(Duration::from_millis(30)),
     )
     .unwrap();
     for i in 0..8 {
@@ -222,7 +233,10 @@ fn block_waits_for_the_slowest_reader_and_loses_nothing() {
 fn block_is_released_when_the_slow_reader_goes_away() {
     let t = Topic::<u64>::new(
         "blk2",
-        TopicConfig::default().segment_size(4).max_records(4).overflow(Overflow::Block),
+        TopicConfig::default()
+            .segment_size(4)
+            .max_records(4)
+            .overflow(Overflow::Block),
     )
     .unwrap();
     let slow = t.reader(0, Start::Earliest).unwrap();
@@ -247,7 +261,10 @@ fn block_is_released_when_the_slow_reader_goes_away() {
 fn block_is_released_by_close() {
     let t = Topic::<u64>::new(
         "blk3",
-        TopicConfig::default().segment_size(4).max_records(4).overflow(Overflow::Block),
+        TopicConfig::default()
+            .segment_size(4)
+            .max_records(4)
+            .overflow(Overflow::Block),
     )
     .unwrap();
     let _slow = t.reader(0, Start::Earliest).unwrap();
@@ -262,7 +279,11 @@ fn block_is_released_by_close() {
     });
     thread::sleep(Duration::from_millis(30));
     t.close();
-    assert_eq!(publisher.join().unwrap(), (4, 4), "the blocked value is handed back");
+    assert_eq!(
+        publisher.join().unwrap(),
+        (4, 4),
+        "the blocked value is handed back"
+    );
 }
 
 /// A value that counts its drops.
@@ -292,21 +313,38 @@ fn every_value_is_dropped_exactly_once() {
             {
                 let mut p = t.producer().unwrap();
                 for id in 0..n / 2 {
-                    p.publish(Counted { id, drops: drops.clone() }).unwrap();
+                    p.publish(Counted {
+                        id,
+                        drops: drops.clone(),
+                    })
+                    .unwrap();
                 }
-                let batch: Vec<Counted> =
-                    (n / 2..n).map(|id| Counted { id, drops: drops.clone() }).collect();
+                let batch: Vec<Counted> = (n / 2..n)
+                    .map(|id| Counted {
+                        id,
+                        drops: drops.clone(),
+                    })
+                    .collect();
                 p.publish_batch(batch).unwrap();
             }
             // A refused publish hands the value back; dropping it then counts once too.
             t.close();
-            let refused = t.publish(Counted { id: n, drops: drops.clone() }).unwrap_err();
+            let refused = t
+                .publish(Counted {
+                    id: n,
+                    drops: drops.clone(),
+                })
+                .unwrap_err();
             assert_eq!(refused.into_inner().id, n);
             // Nothing retained was dropped: only trimmed values and the refused one.
             let retained = t.stats().partitions[0].retained as usize;
             assert!(drops.load(Ordering::SeqCst) <= 1 + n as usize - retained);
             if retention.is_none() {
-                assert_eq!(drops.load(Ordering::SeqCst), 1, "only the refused value is gone");
+                assert_eq!(
+                    drops.load(Ordering::SeqCst),
+                    1,
+                    "only the refused value is gone"
+                );
             }
             // Read some while retention trims: borrowed values are never dropped by reading.
             let mut seen = 0;
@@ -331,7 +369,11 @@ fn every_value_is_dropped_exactly_once() {
                 }
                 thread::sleep(Duration::from_millis(5));
             }
-            assert_eq!(drops.load(Ordering::SeqCst), n as usize + 1, "{producers:?} {retention:?}");
+            assert_eq!(
+                drops.load(Ordering::SeqCst),
+                n as usize + 1,
+                "{producers:?} {retention:?}"
+            );
         }
     }
 }
@@ -339,14 +381,25 @@ fn every_value_is_dropped_exactly_once() {
 #[test]
 fn a_borrowed_record_outlives_the_trim_of_its_segment() {
     let drops = Arc::new(AtomicUsize::new(0));
-    let t = Topic::<Counted>::new("keep", TopicConfig::default().segment_size(2).max_records(2))
-        .unwrap();
+    let t = Topic::<Counted>::new(
+        "keep",
+        TopicConfig::default().segment_size(2).max_records(2),
+    )
+    .unwrap();
     let mut r = t.reader(0, Start::Earliest).unwrap();
-    t.publish(Counted { id: 0, drops: drops.clone() }).unwrap();
+    t.publish(Counted {
+        id: 0,
+        drops: drops.clone(),
+    })
+    .unwrap();
     let rec = r.next().unwrap();
     // Retention trims the segment holding `rec` while the reader still borrows it.
     for id in 1..50 {
-        t.publish(Counted { id, drops: drops.clone() }).unwrap();
+        t.publish(Counted {
+            id,
+            drops: drops.clone(),
+        })
+        .unwrap();
     }
     assert!(t.stats().partitions[0].start > 0);
     assert_eq!(rec.id, 0, "the borrowed value is still there");

@@ -6,7 +6,10 @@ use std::{collections::HashSet, thread};
 use logbus::{Producers, ReadError, Start, Topic, TopicConfig};
 
 fn scale() -> u64 {
-    std::env::var("LOGBUS_STRESS").ok().and_then(|s| s.parse().ok()).unwrap_or(1)
+    std::env::var("LOGBUS_STRESS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
 }
 
 /// Value = producer id in the high 16 bits, sequence number in the low 48.
@@ -52,7 +55,9 @@ fn run(producers: u64, readers: usize, per_producer: u64, config: TopicConfig<u6
                 while seq < per_producer {
                     if batch && seq % 3 == 0 {
                         let n = (per_producer - seq).min(1 + seq % 17);
-                        let b = producer.publish_batch((seq..seq + n).map(|s| value(p, s))).unwrap();
+                        let b = producer
+                            .publish_batch((seq..seq + n).map(|s| value(p, s)))
+                            .unwrap();
                         offsets.extend(b.offsets);
                         seq += n;
                     } else {
@@ -71,7 +76,10 @@ fn run(producers: u64, readers: usize, per_producer: u64, config: TopicConfig<u6
         }
     }
     assert_eq!(all.len() as u64, total);
-    assert!(all.iter().all(|&o| o < total), "dense: offsets are exactly 0..total");
+    assert!(
+        all.iter().all(|&o| o < total),
+        "dense: offsets are exactly 0..total"
+    );
     topic.close();
     for h in reader_threads {
         let (read, seqs) = h.join().unwrap();
@@ -95,7 +103,13 @@ fn four_producers_batches_default_segments() {
 #[test]
 fn single_producer_many_readers() {
     let n = 200_000 * scale().max(1);
-    run(1, 4, n, TopicConfig::default().producers(Producers::Single), true);
+    run(
+        1,
+        4,
+        n,
+        TopicConfig::default().producers(Producers::Single),
+        true,
+    );
 }
 
 #[test]

@@ -26,7 +26,9 @@ fn model(f: impl Fn() + Sync + Send + 'static) {
 /// Readers park as soon as nothing is ready: the smallest state space, and the park path always
 /// runs.
 fn config<T>() -> TopicConfig<T> {
-    TopicConfig::default().segment_size(2).wait(WaitStrategy::park_at_once())
+    TopicConfig::default()
+        .segment_size(2)
+        .wait(WaitStrategy::park_at_once())
 }
 
 /// I1, I2: two producers reserve and publish concurrently; a concurrent reader never sees an
@@ -183,11 +185,8 @@ fn trim_and_reclaim_while_reading() {
 #[test]
 fn block_gate_released_by_leaving_reader() {
     model(|| {
-        let topic = Topic::<u64>::new(
-            "m",
-            config().max_records(1).overflow(Overflow::Block),
-        )
-        .unwrap();
+        let topic =
+            Topic::<u64>::new("m", config().max_records(1).overflow(Overflow::Block)).unwrap();
         let reader = topic.reader(0, Start::Earliest).unwrap();
         let t = topic.clone();
         let publisher = thread::spawn(move || {

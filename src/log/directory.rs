@@ -25,7 +25,11 @@ struct Table<T> {
 impl<T> Table<T> {
     fn with_capacity(cap: usize) -> Self {
         debug_assert!(cap.is_power_of_two());
-        Table { entries: (0..cap).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect() }
+        Table {
+            entries: (0..cap)
+                .map(|_| AtomicPtr::new(std::ptr::null_mut()))
+                .collect(),
+        }
     }
 
     #[inline]
@@ -42,7 +46,10 @@ pub(crate) struct Directory<T> {
 
 impl<T> Directory<T> {
     pub(crate) fn new(shift: u32) -> Self {
-        Directory { table: Atomic::new(Table::with_capacity(8)), shift }
+        Directory {
+            table: Atomic::new(Table::with_capacity(8)),
+            shift,
+        }
     }
 
     /// The segment with index `index`, if it is installed and not removed.
@@ -84,7 +91,9 @@ impl<T> Directory<T> {
                 bigger.entry(i).store(p, Ordering::Relaxed);
             }
             // Release: publishes the copied entries with the table (see Orderings).
-            let old = self.table.swap(Owned::new(bigger), Ordering::Release, guard);
+            let old = self
+                .table
+                .swap(Owned::new(bigger), Ordering::Release, guard);
             // SAFETY: `old` is unlinked; pinned lookups may still read it, so it is destroyed only
             // after every current pin ends.
             unsafe { guard.defer_destroy(old) };
@@ -104,7 +113,9 @@ impl<T> Directory<T> {
         // SAFETY: never null; retired only by the admin lock holder (us).
         let table = unsafe { table.deref() };
         // Release: the null is ordered after everything we did to the log before trimming.
-        table.entry(index).swap(std::ptr::null_mut(), Ordering::AcqRel)
+        table
+            .entry(index)
+            .swap(std::ptr::null_mut(), Ordering::AcqRel)
     }
 }
 

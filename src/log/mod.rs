@@ -171,7 +171,9 @@ impl<T: Send + Sync + 'static> Log<T> {
             epoch: Epoch::new(),
             max_records: config.max_records,
             max_bytes: config.max_bytes.clone(),
-            max_age_nanos: config.max_age.map(|d| d.as_nanos().min(u64::MAX as u128) as u64),
+            max_age_nanos: config
+                .max_age
+                .map(|d| d.as_nanos().min(u64::MAX as u128) as u64),
             overflow: config.overflow,
             wait: config.wait,
         };
@@ -277,7 +279,11 @@ impl<T: Send + Sync + 'static> Log<T> {
             Overflow::DropOldest => u64::MAX,
             Overflow::Block | Overflow::Reject => self.slowest_reader().unwrap_or(u64::MAX),
         };
-        let now = if self.max_age_nanos.is_some() { clock::now_nanos() } else { 0 };
+        let now = if self.max_age_nanos.is_some() {
+            clock::now_nanos()
+        } else {
+            0
+        };
         let mut trimmed_to = None;
         while admin.oldest < head {
             let index = admin.oldest;
@@ -285,7 +291,9 @@ impl<T: Send + Sync + 'static> Log<T> {
             if seg_end > gate {
                 break;
             }
-            let Some(seg) = self.dir.get(index, guard) else { break };
+            let Some(seg) = self.dir.get(index, guard) else {
+                break;
+            };
             let by_count = self.max_records.is_some_and(|n| end - seg_end >= n);
             // Relaxed: `total_bytes` is a statistic-like counter; a stale value trims one segment
             // later or earlier, never unsafely.
@@ -306,7 +314,8 @@ impl<T: Send + Sync + 'static> Log<T> {
             let ptr = self.dir.remove(index, guard);
             debug_assert_eq!(ptr as *const Segment<T>, seg as *const Segment<T>);
             // Relaxed: see `by_bytes`.
-            self.total_bytes.fetch_sub(seg.bytes().load(Ordering::Relaxed), Ordering::Relaxed);
+            self.total_bytes
+                .fetch_sub(seg.bytes().load(Ordering::Relaxed), Ordering::Relaxed);
             admin.oldest += 1;
             trimmed_to = Some(seg_end);
             let retired = Retired(ptr as *const Segment<T>);
@@ -366,7 +375,8 @@ impl<T: Send + Sync + 'static> Log<T> {
         let seg = self.acquire(offset >> self.shift)?;
         let i = (offset & self.mask) as usize;
         // SAFETY: published (checked first) and we hold a reference.
-        self.slot_published(&seg, i).then(|| unsafe { seg.meta(i) }.timestamp_nanos())
+        self.slot_published(&seg, i)
+            .then(|| unsafe { seg.meta(i) }.timestamp_nanos())
     }
 
     /// The first retained offset whose timestamp is at or after `t` (the end if none): a binary
@@ -416,7 +426,9 @@ impl<T: Send + Sync + 'static> Log<T> {
         let mut list = Vec::clone(unsafe { current.deref() });
         change(&mut list);
         // Release: publishes the new list's contents to readers of the pointer (Acquire).
-        let old = self.readers.swap(Owned::new(list), Ordering::Release, &guard);
+        let old = self
+            .readers
+            .swap(Owned::new(list), Ordering::Release, &guard);
         // SAFETY: unlinked just now; pinned threads may still iterate it, so it is destroyed after
         // every current pin ends.
         unsafe { guard.defer_destroy(old) };
@@ -520,7 +532,9 @@ impl<T: Send + Sync + 'static> Log<T> {
 
     /// Whether `n` more records fit before the slowest reader under Block/Reject.
     fn has_room(&self, end: u64, n: u64) -> bool {
-        let Some(cap) = self.max_records else { return true };
+        let Some(cap) = self.max_records else {
+            return true;
+        };
         // Relaxed: a lower bound only; refreshed from the cursors below when it says no.
         let cached = self.min_read.load(Ordering::Relaxed);
         if end + n <= cached.saturating_add(cap) {
@@ -641,7 +655,10 @@ impl<T: Send + Sync + 'static> Log<T> {
             return Err(Error::ProducerInUse);
         }
         // Relaxed: ordered by the Acquire swap above.
-        Ok(Writer { seg: None, next: self.tail.load(Ordering::Relaxed) })
+        Ok(Writer {
+            seg: None,
+            next: self.tail.load(Ordering::Relaxed),
+        })
     }
 
     /// Gives the single-producer role back.
@@ -823,7 +840,10 @@ impl<T: Send + Sync + 'static> Log<T> {
         LogStats {
             start,
             end,
-            segments: self.installed.load(Ordering::Acquire).saturating_sub(oldest),
+            segments: self
+                .installed
+                .load(Ordering::Acquire)
+                .saturating_sub(oldest),
             spare_segments: self.pool.spare() as u64,
             readers: positions,
             parked: self.state.load(Ordering::Relaxed) & PARKED_MASK,

@@ -47,8 +47,14 @@ impl Meta {
     pub(crate) fn new(ts_nanos: u64, key: Option<u64>) -> Self {
         debug_assert!(ts_nanos < Self::HAS_KEY, "timestamp overflows 63 bits");
         match key {
-            Some(k) => Meta { ts_and_flag: ts_nanos | Self::HAS_KEY, key: k },
-            None => Meta { ts_and_flag: ts_nanos, key: 0 },
+            Some(k) => Meta {
+                ts_and_flag: ts_nanos | Self::HAS_KEY,
+                key: k,
+            },
+            None => Meta {
+                ts_and_flag: ts_nanos,
+                key: 0,
+            },
         }
     }
 
@@ -94,8 +100,12 @@ impl<T> Segment<T> {
             refs: AtomicUsize::new(0),
             filled: AtomicUsize::new(0),
             bytes: AtomicU64::new(0),
-            values: (0..size).map(|_| UnsafeCell::new(MaybeUninit::uninit())).collect(),
-            meta: (0..size).map(|_| UnsafeCell::new(Meta::default())).collect(),
+            values: (0..size)
+                .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
+                .collect(),
+            meta: (0..size)
+                .map(|_| UnsafeCell::new(Meta::default()))
+                .collect(),
             stamps: if stamped {
                 (0..size).map(|_| AtomicU64::new(0)).collect()
             } else {
@@ -247,12 +257,19 @@ pub(crate) struct Pool<T> {
     size: usize,
     stamped: bool,
     keep: usize,
+    // Boxed on purpose: segments are handed out as raw pointers (`Box::into_raw`) and must not move.
+    #[allow(clippy::vec_box)]
     spare: Mutex<Vec<Box<Segment<T>>>>,
 }
 
 impl<T> Pool<T> {
     pub(crate) fn new(size: usize, stamped: bool, keep: usize) -> Arc<Self> {
-        Arc::new(Pool { size, stamped, keep, spare: Mutex::new(Vec::new()) })
+        Arc::new(Pool {
+            size,
+            stamped,
+            keep,
+            spare: Mutex::new(Vec::new()),
+        })
     }
 
     /// A segment for the offsets `[base, base + size)`, with one reference (the directory's).
