@@ -29,7 +29,9 @@ pub enum Start {
     Latest,
     /// This offset; it must lie in the retained range `[start, end]`.
     Offset(u64),
-    /// The first record published at or after this time (the end if none is).
+    /// The first record published at or after this time (the end if none is). Record timestamps
+    /// come from a coarse clock ([`timestamp_resolution`](crate::timestamp_resolution)), so this
+    /// may also include records from up to one tick before; it never skips a later one.
     Timestamp(SystemTime),
 }
 
@@ -358,7 +360,8 @@ impl<'a, T> Record<'a, T> {
         self.partition
     }
 
-    /// When the record was published (wall clock).
+    /// When the record was published: the wall clock, read from a coarse clock that may be up to
+    /// [`timestamp_resolution`](crate::timestamp_resolution) early.
     pub fn timestamp(&self) -> SystemTime {
         // SAFETY: as in `value`.
         clock::from_nanos(unsafe { self.seg.meta(self.index) }.timestamp_nanos())

@@ -7,7 +7,7 @@
 use std::{fmt, hash::Hash, ops::Range};
 
 use crate::{
-    config::TopicConfig,
+    config::{SizeFn, TopicConfig},
     error::{Error, PublishError},
     key,
     log::{Log, Writer},
@@ -226,9 +226,11 @@ impl<T: Send + Sync + 'static> Topic<T> {
                 }
             }
         }
+        let parts = self.inner.partitions.iter().cloned().zip(writers).collect();
         Ok(Producer {
             topic: self.clone(),
-            writers,
+            parts,
+            size_of: self.inner.partitions[0].size_fn().cloned(),
             next: 0,
             buffer: Vec::new(),
             sizes: Vec::new(),
@@ -338,7 +340,9 @@ impl<T: fmt::Debug> std::error::Error for PublishToError<T> {}
 /// topic's producer role back.
 pub struct Producer<T: Send + Sync + 'static> {
     topic: Topic<T>,
-    writers: Vec<Writer<T>>,
+    /// Each partition's log and this producer's place in it (kept here: no pointer chase per publish).
+    parts: Vec<(Arc<Log<T>>, Writer<T>)>,
+    size_of: Option<SizeFn<T>>,
     next: usize,
     buffer: Vec<T>,
     sizes: Vec<u64>,
@@ -358,22 +362,26 @@ impl<T: Send + Sync + 'static> Producer<T> {
         &self.topic
     }
 
+    #[inline]
     fn pick(&mut self) -> u32 {
-        let n = self.writers.len();
+        let n = self.parts.len();
         let p = self.next;
         self.next = if p + 1 == n { 0 } else { p + 1 };
         p as u32
     }
 
+    #[inline]
     fn publish_at(
         &mut self,
         partition: u32,
         key: Option<u64>,
         value: T,
     ) -> Result<Published, PublishError<T>> {
-        let size = self.topic.size_of(&value);
-        let log = &self.topic.inner.partitions[partition as usize];
-        let w = &mut self.writers[partition as usize];
+        let size = match &self.size_of {
+            Some(f) => f(&value) as u64,
+            None => 0,
+        };
+        let (log, w) = &mut self.parts[partition as usize];
         log.publish(w, value, key, size)
             .map(|offset| Published { partition, offset })
     }
@@ -426,13 +434,10 @@ impl<T: Send + Sync + 'static> Producer<T> {
         self.sizes.clear();
         // User code (the iterator, the size function) runs here, before any reservation (I6).
         self.buffer.extend(values);
-        if self.topic.inner.partitions[0].size_fn().is_some() {
-            for v in &self.buffer {
-                self.sizes.push(self.topic.size_of(v));
-            }
+        if let Some(f) = &self.size_of {
+            self.sizes.extend(self.buffer.iter().map(|v| f(v) as u64));
         }
-        let log = &self.topic.inner.partitions[partition as usize];
-        let w = &mut self.writers[partition as usize];
+        let (log, w) = &mut self.parts[partition as usize];
         match log.publish_batch(w, &mut self.buffer, &self.sizes) {
             Ok(offsets) => Ok(PublishedBatch { partition, offsets }),
             Err(e) => Err(e.map(|()| std::mem::take(&mut self.buffer))),
@@ -442,13 +447,7 @@ impl<T: Send + Sync + 'static> Producer<T> {
 
 impl<T: Send + Sync + 'static> Drop for Producer<T> {
     fn drop(&mut self) {
-        for (log, w) in self
-            .topic
-            .inner
-            .partitions
-            .iter()
-            .zip(self.writers.iter_mut())
-        {
+        for (log, w) in self.parts.iter_mut() {
             log.release_writer(w);
         }
     }

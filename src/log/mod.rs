@@ -379,10 +379,13 @@ impl<T: Send + Sync + 'static> Log<T> {
             .then(|| unsafe { seg.meta(i) }.timestamp_nanos())
     }
 
-    /// The first retained offset whose timestamp is at or after `t` (the end if none): a binary
-    /// search, which assumes timestamps follow offsets (true for one producer; with several, up to
-    /// the clock's resolution).
+    /// The first retained offset whose timestamp is at or after `t`, at the record clock's
+    /// resolution (the end if none): records are stamped by a coarse clock that may read up to one
+    /// tick early, so the search starts one tick before `t`. It never skips a record published after
+    /// `t`, and may include records from the tick before it. A binary search, which assumes
+    /// timestamps follow offsets (true for one producer; with several, up to the clock's resolution).
     pub(crate) fn offset_for_time(&self, t_nanos: u64) -> u64 {
+        let t_nanos = t_nanos.saturating_sub(clock::resolution_nanos());
         let (mut lo, mut hi) = (self.start(), self.end());
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
@@ -582,6 +585,7 @@ impl<T: Send + Sync + 'static> Log<T> {
     }
 
     /// Reserves `n` offsets for a multi-producer publish; applies the overflow policy.
+    #[inline]
     fn reserve_multi(&self, n: u64) -> Result<u64, Refusal> {
         if let Some(cap) = self.max_records {
             if self.overflow != Overflow::DropOldest && n > cap {
@@ -626,6 +630,7 @@ impl<T: Send + Sync + 'static> Log<T> {
     }
 
     /// Checks a single-producer publish of `n` records at `next` against close and overflow.
+    #[inline]
     fn admit_single(&self, next: u64, n: u64) -> Result<(), Refusal> {
         // Relaxed: the closed flag only; see `close` for the race this leaves on single-producer
         // logs.
@@ -677,6 +682,7 @@ impl<T: Send + Sync + 'static> Log<T> {
     }
 
     /// Publishes one record.
+    #[inline]
     pub(crate) fn publish(
         &self,
         w: &mut Writer<T>,
