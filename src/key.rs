@@ -26,7 +26,12 @@ pub(crate) fn hash<K: Hash + ?Sized>(key: &K) -> u64 {
     h.finish()
 }
 
-/// The partition for a key hash.
+/// The partition for a key hash: the hash is mixed (splitmix64's finalizer, since FNV's low bits
+/// are weak for short keys) and scaled onto `0..partitions` with a multiply, not a modulo.
 pub(crate) fn partition(hash: u64, partitions: u32) -> u32 {
-    (hash % u64::from(partitions)) as u32
+    let mut z = hash;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    ((u128::from(z) * u128::from(partitions)) >> 64) as u32
 }
