@@ -1,55 +1,38 @@
-//! Record timestamps: wall-clock nanoseconds since the UNIX epoch, from a coarse clock.
+//! Record timestamps: wall-clock nanoseconds since the UNIX epoch, cheap enough for every publish.
 //!
-//! `SystemTime::now()` costs ~34 ns on the 2-core VM we measure on, more than the rest of a publish.
-//! On Linux, records are stamped from `CLOCK_REALTIME_COARSE` instead (~5 ns, read from the vDSO
-//! without a system call), whose resolution is the kernel tick (4 ms here). Elsewhere the precise
-//! clock is used. [`resolution_nanos`] says which; `Start::Timestamp` uses it so that it never
-//! skips a record published after the time asked for.
+//! `SystemTime::now()` costs ~34 ns on the 2-core VM we measure on, more than the rest of a
+//! publish. A coarse clock (`CLOCK_REALTIME_COARSE`, ~5 ns) was tried and dropped: its value can lag
+//! the real time by more than its nominal 4 ms tick on tickless kernels, so `Start::Timestamp` could
+//! skip a record published after the time asked for.
+//!
+//! On x86_64 with an invariant TSC (the kernel's clocksource is `tsc`), records are stamped by
+//! extrapolating the TSC (~9 ns to read here) from a per-thread anchor: a pair (TSC, wall clock)
+//! taken with `SystemTime::now()`, refreshed every [`REANCHOR_NS`] (10 ms), with the tick rate
+//! calibrated against the wall clock and shared by all threads. Between anchors the error is the
+//! rate error times 10 ms, well under a microsecond; [`TOLERANCE_NANOS`] is what
+//! `Start::Timestamp` allows for. Elsewhere the precise clock is read every time.
 
-use std::{
-    sync::OnceLock,
-    time::{Duration, SystemTime, UNIX_EPOCH},
-};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// How long a thread's anchor is used before it is refreshed from the wall clock.
+pub(crate) const REANCHOR_NS: u64 = 10_000_000;
+
+/// How far a stamp may be from the wall clock (generous: the measured error is far smaller).
+pub(crate) const TOLERANCE_NANOS: u64 = 100_000;
 
 /// Now, in nanoseconds since the UNIX epoch (0 before 1970, saturating at 2^63 - 1).
 #[inline]
 pub(crate) fn now_nanos() -> u64 {
-    #[cfg(target_os = "linux")]
-    {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: `ts` is a valid, writable timespec on our stack; the clock id is a constant the
-        // kernel has supported since 2.6.32. On failure `ts` stays zero, which is a valid time.
-        unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
-        let nanos = (ts.tv_sec.max(0) as u64).saturating_mul(1_000_000_000) + ts.tv_nsec as u64;
-        nanos.min(u64::MAX >> 1)
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    if let Some(n) = tsc::now() {
+        return n;
     }
-    #[cfg(not(target_os = "linux"))]
-    to_nanos(SystemTime::now())
+    precise_nanos()
 }
 
-/// The resolution of [`now_nanos`], in nanoseconds.
-pub(crate) fn resolution_nanos() -> u64 {
-    static RES: OnceLock<u64> = OnceLock::new();
-    *RES.get_or_init(|| {
-        #[cfg(target_os = "linux")]
-        {
-            let mut ts = libc::timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            };
-            // SAFETY: as in `now_nanos`.
-            let rc = unsafe { libc::clock_getres(libc::CLOCK_REALTIME_COARSE, &mut ts) };
-            if rc == 0 {
-                return (ts.tv_sec.max(0) as u64) * 1_000_000_000 + ts.tv_nsec as u64;
-            }
-            10_000_000
-        }
-        #[cfg(not(target_os = "linux"))]
-        0
-    })
+/// The wall clock, read precisely.
+pub(crate) fn precise_nanos() -> u64 {
+    to_nanos(SystemTime::now())
 }
 
 pub(crate) fn to_nanos(t: SystemTime) -> u64 {
@@ -63,4 +46,135 @@ pub(crate) fn to_nanos(t: SystemTime) -> u64 {
 
 pub(crate) fn from_nanos(n: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_nanos(n)
+}
+
+#[cfg(all(target_arch = "x86_64", not(loom)))]
+mod tsc {
+    use std::{cell::Cell, sync::OnceLock};
+
+    use super::{precise_nanos, REANCHOR_NS};
+
+    /// Shortest span over which a tick rate is measured (1 ms: the wall clock's ~30 ns read jitter
+    /// is then 30 ppm at most, and each re-anchor refines it).
+    const CALIBRATE_NS: u64 = 1_000_000;
+
+    /// One thread's anchor.
+    #[derive(Clone, Copy)]
+    struct Anchor {
+        tsc: u64,
+        nanos: u64,
+        /// Nanoseconds per tick in 32.32 fixed point; 0 while uncalibrated.
+        rate_q32: u64,
+        /// Ticks after `tsc` at which the anchor is refreshed.
+        horizon: u64,
+    }
+
+    thread_local! {
+        static ANCHOR: Cell<Anchor> =
+            const { Cell::new(Anchor { tsc: 0, nanos: 0, rate_q32: 0, horizon: 0 }) };
+    }
+
+    /// The calibrated rate shared by all threads (set once by the first thread to calibrate).
+    static SHARED_RATE: OnceLock<u64> = OnceLock::new();
+
+    /// Whether the TSC is trustworthy here (the kernel uses it as its clocksource).
+    fn usable() -> bool {
+        static USABLE: OnceLock<bool> = OnceLock::new();
+        *USABLE.get_or_init(|| {
+            std::fs::read_to_string(
+                "/sys/devices/system/clocksource/clocksource0/current_clocksource",
+            )
+            .is_ok_and(|s| s.trim() == "tsc")
+        })
+    }
+
+    #[inline]
+    fn rdtsc() -> u64 {
+        // SAFETY: `rdtsc` has no preconditions on x86_64; it only reads the time-stamp counter.
+        unsafe { core::arch::x86_64::_rdtsc() }
+    }
+
+    #[inline]
+    pub(super) fn now() -> Option<u64> {
+        let tsc = rdtsc();
+        ANCHOR.with(|cell| {
+            let a = cell.get();
+            let dt = tsc.wrapping_sub(a.tsc);
+            if a.rate_q32 != 0 && dt < a.horizon {
+                Some(a.nanos + ((u128::from(dt) * u128::from(a.rate_q32)) >> 32) as u64)
+            } else {
+                reanchor(cell, a)
+            }
+        })
+    }
+
+    #[cold]
+    fn reanchor(cell: &Cell<Anchor>, old: Anchor) -> Option<u64> {
+        if !usable() {
+            return None;
+        }
+        // Bracket the wall-clock read with two TSC reads and use their midpoint.
+        let t0 = rdtsc();
+        let nanos = precise_nanos();
+        let t1 = rdtsc();
+        let tsc = t0 + (t1.wrapping_sub(t0) / 2);
+        let mut rate = old.rate_q32;
+        let span_ns = nanos.saturating_sub(old.nanos);
+        let span_ticks = tsc.wrapping_sub(old.tsc);
+        if old.tsc != 0 && span_ns >= CALIBRATE_NS && span_ticks > 0 && tsc > old.tsc {
+            let measured = ((u128::from(span_ns) << 32) / u128::from(span_ticks)) as u64;
+            rate = if rate == 0 {
+                measured
+            } else {
+                (rate * 3 + measured) / 4
+            };
+            let _ = SHARED_RATE.set(rate);
+        } else if rate == 0 {
+            rate = SHARED_RATE.get().copied().unwrap_or(0);
+        }
+        if rate == 0 {
+            // Not calibrated yet: keep the first anchor until a long enough span has passed, and
+            // report the precise wall clock meanwhile.
+            if old.tsc == 0 {
+                cell.set(Anchor {
+                    tsc,
+                    nanos,
+                    rate_q32: 0,
+                    horizon: 0,
+                });
+            }
+            return Some(nanos);
+        }
+        let horizon = ((u128::from(REANCHOR_NS) << 32) / u128::from(rate)) as u64;
+        cell.set(Anchor {
+            tsc,
+            nanos,
+            rate_q32: rate,
+            horizon,
+        });
+        Some(nanos)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stamps_track_the_wall_clock() {
+        for _ in 0..200 {
+            let before = precise_nanos();
+            let stamp = now_nanos();
+            let after = precise_nanos();
+            assert!(
+                stamp + TOLERANCE_NANOS >= before,
+                "stamp {stamp} before {before}"
+            );
+            assert!(
+                stamp <= after + TOLERANCE_NANOS,
+                "stamp {stamp} after {after}"
+            );
+            std::thread::sleep(Duration::from_micros(300));
+        }
+    }
 }

@@ -97,10 +97,3 @@ pub use error::{Error, PublishError, ReadError};
 pub use reader::{Batch, Reader, Record, Start};
 pub use stats::{PartitionStats, ReaderStats, TopicStats};
 pub use topic::{Producer, PublishToError, Published, PublishedBatch, Topic};
-
-/// The resolution of record timestamps. On Linux records are stamped from
-/// `CLOCK_REALTIME_COARSE` (about 5 ns to read, against ~34 ns for `SystemTime::now()` on the VM we
-/// measure on), whose resolution is the kernel tick, typically 1–4 ms; elsewhere it is zero.
-pub fn timestamp_resolution() -> std::time::Duration {
-    std::time::Duration::from_nanos(clock::resolution_nanos())
-}

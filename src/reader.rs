@@ -30,8 +30,8 @@ pub enum Start {
     /// This offset; it must lie in the retained range `[start, end]`.
     Offset(u64),
     /// The first record published at or after this time (the end if none is). Record timestamps
-    /// come from a coarse clock ([`timestamp_resolution`](crate::timestamp_resolution)), so this
-    /// may also include records from up to one tick before; it never skips a later one.
+    /// are within 100 µs of the wall clock, so this may include a record published up to 100 µs
+    /// before; it never skips a later one.
     Timestamp(SystemTime),
 }
 
@@ -360,8 +360,8 @@ impl<'a, T> Record<'a, T> {
         self.partition
     }
 
-    /// When the record was published: the wall clock, read from a coarse clock that may be up to
-    /// [`timestamp_resolution`](crate::timestamp_resolution) early.
+    /// When the record was published (wall clock, extrapolated from the CPU's time-stamp counter
+    /// between wall-clock reads: within 100 µs, typically well under a microsecond).
     pub fn timestamp(&self) -> SystemTime {
         // SAFETY: as in `value`.
         clock::from_nanos(unsafe { self.seg.meta(self.index) }.timestamp_nanos())

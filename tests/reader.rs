@@ -51,7 +51,7 @@ fn start_positions() {
             t.publish(i).unwrap();
         }
         // Leave more than the timestamp clock's resolution on both sides of `middle`.
-        let gap = logbus::timestamp_resolution() + Duration::from_millis(5);
+        let gap = Duration::from_millis(5);
         thread::sleep(gap);
         let middle = SystemTime::now();
         thread::sleep(gap);
@@ -274,9 +274,9 @@ fn records_carry_timestamp_and_key() {
     let rec = r.next().unwrap();
     assert!(rec.key().is_some());
     let key = rec.key();
-    // Stamped by a coarse clock: up to one tick early, never late.
-    assert!(rec.timestamp() + logbus::timestamp_resolution() >= before);
-    assert!(rec.timestamp() <= after);
+    // Stamps are within 100 µs of the wall clock.
+    let slack = Duration::from_micros(100);
+    assert!(rec.timestamp() + slack >= before && rec.timestamp() <= after + slack);
     assert_eq!(r.next().unwrap().key(), key);
     let plain = t.publish_to(0, 5).unwrap();
     let mut r0 = t.reader(0, Start::Offset(plain.offset)).unwrap();

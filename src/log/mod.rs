@@ -379,13 +379,13 @@ impl<T: Send + Sync + 'static> Log<T> {
             .then(|| unsafe { seg.meta(i) }.timestamp_nanos())
     }
 
-    /// The first retained offset whose timestamp is at or after `t`, at the record clock's
-    /// resolution (the end if none): records are stamped by a coarse clock that may read up to one
-    /// tick early, so the search starts one tick before `t`. It never skips a record published after
-    /// `t`, and may include records from the tick before it. A binary search, which assumes
-    /// timestamps follow offsets (true for one producer; with several, up to the clock's resolution).
+    /// The first retained offset whose timestamp is at or after `t` (the end if none). Stamps are
+    /// within `clock::TOLERANCE_NANOS` of the wall clock, so the search starts that much before `t`:
+    /// it never skips a record published after `t`, and may include one published just before.
+    /// A binary search, which assumes timestamps follow offsets (true for one producer; with
+    /// several, up to how far apart their clock reads and reservations are).
     pub(crate) fn offset_for_time(&self, t_nanos: u64) -> u64 {
-        let t_nanos = t_nanos.saturating_sub(clock::resolution_nanos());
+        let t_nanos = t_nanos.saturating_sub(clock::TOLERANCE_NANOS);
         let (mut lo, mut hi) = (self.start(), self.end());
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
