@@ -87,6 +87,7 @@ mod reader;
 mod stats;
 mod sync;
 mod topic;
+mod wait;
 
 pub use broker::{Broker, MAX_NAME_LEN};
 pub use config::{

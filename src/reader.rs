@@ -16,8 +16,9 @@ use std::{
 use crate::{
     clock,
     error::{Error, ReadError},
-    log::{segment::SegRef, CursorRef, Log},
-    sync::{spin_hint, yield_now, Arc},
+    log::{segment::SegRef, CursorRef, Log, Waker},
+    sync::Arc,
+    wait::{wait_any, Waited},
 };
 
 /// Where a reader (or consumer) starts.
@@ -69,8 +70,13 @@ pub struct Reader<T: Send + Sync + 'static> {
 impl<T: Send + Sync + 'static> Reader<T> {
     pub(crate) fn new(log: Arc<Log<T>>, partition: u32, start: Start) -> Result<Self, Error> {
         let pos = resolve(&log, start)?;
-        let cursor = log.register(pos);
-        Ok(Reader {
+        Ok(Self::at(log, partition, pos, Waker::new()))
+    }
+
+    /// A reader at `pos` (already resolved) that sleeps on `waker`.
+    pub(crate) fn at(log: Arc<Log<T>>, partition: u32, pos: u64, waker: Arc<Waker>) -> Self {
+        let cursor = log.register(pos, waker);
+        Reader {
             log,
             cursor,
             partition,
@@ -78,7 +84,38 @@ impl<T: Send + Sync + 'static> Reader<T> {
             ready: pos,
             seg: None,
             fed: false,
-        })
+        }
+    }
+
+    pub(crate) fn log(&self) -> &Arc<Log<T>> {
+        &self.log
+    }
+
+    /// Whether records are ready at the position (looking them up if needed).
+    pub(crate) fn poll_ready(&mut self, limit: u64) -> Result<bool, ReadError> {
+        if self.next < self.ready {
+            return Ok(true);
+        }
+        self.refresh(limit)
+    }
+
+    /// Whether the last look-up found records (and clears the mark).
+    pub(crate) fn take_fed(&mut self) -> bool {
+        std::mem::take(&mut self.fed)
+    }
+
+    /// Stores the position where publishers (Block) and statistics see it.
+    pub(crate) fn publish_position(&self) {
+        self.log.moved(&self.cursor, self.next);
+    }
+
+    /// Moves to `offset` without a range check below the retained range: a position that retention
+    /// already passed is reported as `Lagged` by the next read. `offset` must not exceed the end.
+    pub(crate) fn reposition(&mut self, offset: u64) {
+        self.next = offset;
+        self.ready = offset;
+        self.seg = None;
+        self.log.moved(&self.cursor, offset);
     }
 
     /// The partition this reader reads.
@@ -169,7 +206,7 @@ impl<T: Send + Sync + 'static> Reader<T> {
         Ok(self.take_batch(max))
     }
 
-    fn take_one(&mut self) -> Record<'_, T> {
+    pub(crate) fn take_one(&mut self) -> Record<'_, T> {
         debug_assert!(self.next < self.ready);
         let offset = self.next;
         self.next += 1;
@@ -185,7 +222,7 @@ impl<T: Send + Sync + 'static> Reader<T> {
         }
     }
 
-    fn take_batch(&mut self, max: u64) -> Batch<'_, T> {
+    pub(crate) fn take_batch(&mut self, max: u64) -> Batch<'_, T> {
         debug_assert!(self.next < self.ready);
         let first = self.next;
         let len = (self.ready - first).min(max);
@@ -235,57 +272,19 @@ impl<T: Send + Sync + 'static> Reader<T> {
         }
     }
 
-    /// Waits until `[next, ready)` is non-empty: poll, yield, park (see the module docs).
+    /// Waits until `[next, ready)` is non-empty (see [`crate::wait`]).
     fn wait_ready(&mut self, deadline: Option<Instant>, limit: u64) -> Result<(), ReadError> {
         if self.next < self.ready || self.refresh(limit)? {
             return Ok(());
         }
+        let waker = Arc::clone(&self.cursor.waker);
         let wait = self.log.wait;
-        if std::mem::take(&mut self.fed) && wait.yield_after_batch {
-            yield_now();
-            if self.refresh(limit)? {
-                return Ok(());
-            }
-        }
-        for _ in 0..wait.spin_polls {
-            spin_hint();
-            if self.refresh(limit)? {
-                return Ok(());
-            }
-        }
-        let yield_start = Instant::now();
-        let mut k = 0u32;
-        while !wait.yield_for.is_zero() {
-            yield_now();
-            if self.refresh(limit)? {
-                return Ok(());
-            }
-            k += 1;
-            if k % 8 == 0 {
-                let now = Instant::now();
-                if now - yield_start >= wait.yield_for || deadline.is_some_and(|d| now >= d) {
-                    break;
-                }
-            }
-        }
-        loop {
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Err(ReadError::Timeout);
-            }
-            // Always park with our position published, so Block publishers see it.
-            self.log.moved(&self.cursor, self.next);
-            let log = Arc::clone(&self.log);
-            let cursor = Arc::clone(&self.cursor);
-            if let Some(r) = log.park(&cursor, deadline, || match self.refresh(limit) {
-                Ok(true) => Some(Ok(())),
-                Ok(false) => None,
-                Err(e) => Some(Err(e)),
-            }) {
-                return r;
-            }
-            if self.refresh(limit)? {
-                return Ok(());
-            }
+        match wait_any(std::slice::from_mut(self), 0, &waker, wait, deadline, limit) {
+            Ok(Waited::Ready(_)) => Ok(()),
+            // Nobody else holds this reader's waker, so an interrupt cannot happen; if it did,
+            // returning early is what a timeout means.
+            Ok(Waited::TimedOut | Waited::Interrupted) => Err(ReadError::Timeout),
+            Err((_, e)) => Err(e),
         }
     }
 }

@@ -79,13 +79,50 @@ pub(crate) const PARKED: u32 = 1;
 /// How many segments a log keeps for reuse.
 const POOL_KEEP: usize = 4;
 
-/// The shared part of a reader: its position and its futex word, on their own cache line.
+/// Where a reader sleeps: a futex word (`PARKED` while it sleeps or is about to, `RUNNING`
+/// otherwise) and an interrupt flag. Usually one per reader; a consumer reading several
+/// partitions shares one among its readers, so one sleep waits on all of them.
+#[derive(Debug)]
+pub(crate) struct Waker {
+    futex: Futex,
+    interrupted: AtomicBool,
+}
+
+impl Waker {
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(Waker {
+            futex: Futex::new(RUNNING),
+            interrupted: AtomicBool::new(false),
+        })
+    }
+
+    /// Makes the sleeper (or the next park) return at once, with `take_interrupt() == true`.
+    pub(crate) fn interrupt(&self) {
+        // SeqCst, and the swap after it: either the parker's re-check sees the flag, or its
+        // PARKED store comes before our swap in the word's order and the wake below reaches it.
+        self.interrupted.store(true, Ordering::SeqCst);
+        self.futex.word().swap(RUNNING, Ordering::SeqCst);
+        self.futex.wake_all();
+    }
+
+    /// Whether an interrupt is pending (and clears it).
+    pub(crate) fn take_interrupt(&self) -> bool {
+        // SeqCst: see `interrupt`. A relaxed first load keeps the common case read-only.
+        self.interrupted.load(Ordering::Relaxed) && self.interrupted.swap(false, Ordering::SeqCst)
+    }
+
+    pub(crate) fn is_interrupted(&self) -> bool {
+        // SeqCst: see `interrupt`.
+        self.interrupted.load(Ordering::SeqCst)
+    }
+}
+
+/// The shared part of a reader: its position (on its own cache line) and where it sleeps.
 #[derive(Debug)]
 pub(crate) struct Cursor {
     /// The next offset the reader will deliver; everything below was handed out. See Orderings.
     pub(crate) pos: AtomicU64,
-    /// `PARKED` while the reader sleeps (or is about to), `RUNNING` otherwise.
-    pub(crate) futex: Futex,
+    pub(crate) waker: Arc<Waker>,
 }
 
 pub(crate) type CursorRef = Arc<CachePadded<Cursor>>;
@@ -400,10 +437,10 @@ impl<T: Send + Sync + 'static> Log<T> {
     // -------------------------------------------------------------------------------------------
     // Readers.
 
-    pub(crate) fn register(&self, pos: u64) -> CursorRef {
+    pub(crate) fn register(&self, pos: u64, waker: Arc<Waker>) -> CursorRef {
         let cursor = Arc::new(CachePadded::new(Cursor {
             pos: AtomicU64::new(pos),
-            futex: Futex::new(RUNNING),
+            waker,
         }));
         let _admin = lock(&self.admin);
         self.replace_readers(|list| list.push(Arc::clone(&cursor)));
@@ -471,33 +508,39 @@ impl<T: Send + Sync + 'static> Log<T> {
         self.with_readers(|list| list.iter().map(|c| c.pos.load(Ordering::Acquire)).min())
     }
 
-    /// Parks the calling reader until a publisher wakes it, `ready()` holds, or `deadline` passes.
-    /// `ready` is the reader's re-check; it runs after the reader announced itself (I5).
-    pub(crate) fn park<R>(
-        &self,
-        cursor: &Cursor,
+    /// Parks the calling thread, a reader of every log in `logs` sleeping on `waker`, until a
+    /// publisher to one of them wakes it, `ready()` holds, the waker is interrupted, or `deadline`
+    /// passes. `ready` is the re-check; it runs after the reader announced itself in every log (I5).
+    pub(crate) fn park_on<R>(
+        logs: &[&Log<T>],
+        waker: &Waker,
         deadline: Option<Instant>,
         mut ready: impl FnMut() -> Option<R>,
     ) -> Option<R> {
-        // Relaxed: published by the SeqCst increment that follows (see Orderings).
-        cursor.futex.word().store(PARKED, Ordering::Relaxed);
-        self.state.fetch_add(PARKED_ONE, Ordering::SeqCst);
+        let word = waker.futex.word();
+        // SeqCst: see `Waker::interrupt`; also published by the SeqCst increments below.
+        word.store(PARKED, Ordering::SeqCst);
+        for log in logs {
+            log.state.fetch_add(PARKED_ONE, Ordering::SeqCst);
+        }
         heavy_barrier();
         let found = ready();
-        if found.is_none() {
+        if found.is_none() && !waker.is_interrupted() {
             match deadline {
-                None => cursor.futex.wait(PARKED),
+                None => waker.futex.wait(PARKED),
                 Some(d) => {
                     let now = Instant::now();
                     if d > now {
-                        cursor.futex.wait_timeout(PARKED, d - now);
+                        waker.futex.wait_timeout(PARKED, d - now);
                     }
                 }
             }
         }
-        // Relaxed: only this reader and waking publishers touch the word; it carries no data.
-        cursor.futex.word().store(RUNNING, Ordering::Relaxed);
-        self.state.fetch_sub(PARKED_ONE, Ordering::Relaxed);
+        // Relaxed: only the sleeper and its wakers touch the word; it carries no data.
+        word.store(RUNNING, Ordering::Relaxed);
+        for log in logs {
+            log.state.fetch_sub(PARKED_ONE, Ordering::Relaxed);
+        }
         found
     }
 
@@ -516,13 +559,13 @@ impl<T: Send + Sync + 'static> Log<T> {
     fn wake_readers(&self) {
         self.with_readers(|list| {
             for c in list {
-                let word = c.futex.word();
+                let word = c.waker.futex.word();
                 // Relaxed: the word carries no data; the reader re-checks the log with Acquire
                 // loads.
                 if word.load(Ordering::Relaxed) == PARKED
                     && word.swap(RUNNING, Ordering::Relaxed) == PARKED
                 {
-                    c.futex.wake_one();
+                    c.waker.futex.wake_one();
                     // Relaxed: a statistic.
                     self.wakeups.fetch_add(1, Ordering::Relaxed);
                 }

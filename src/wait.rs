@@ -1,0 +1,128 @@
+//! Waiting for records on one or several readers: poll, yield, then park.
+//!
+//! Measured on the 2-core VM we develop on (DESIGN.md): exponential backoff lands a record paced
+//! every 2 µs in the middle of a long spin and, with two readers sharing a core, holds the core for a
+//! whole time slice. So a waiting reader polls at a flat short interval ([`WaitStrategy`]'s
+//! `spin_polls`), yields once after a batch (readers that share a core take turns), yields for a
+//! while (`yield_for`: a futex wake-up costs ~19 µs here, so this covers records paced up to
+//! ~100 µs apart), then parks on its waker. Parking is the only step with a system call for the
+//! reader, and the publisher's side of it costs nothing when nobody is parked (see `log`).
+//!
+//! A consumer reading several partitions waits on all of them at once: its readers share one waker,
+//! and the parking step announces it in every partition's log before sleeping.
+
+use std::time::Instant;
+
+use crate::{
+    config::WaitStrategy,
+    error::ReadError,
+    log::{Log, Waker},
+    reader::Reader,
+    sync::{spin_hint, yield_now, Arc},
+};
+
+/// How a wait ended.
+pub(crate) enum Waited {
+    /// Reader `i` has records ready.
+    Ready(usize),
+    /// The deadline passed.
+    TimedOut,
+    /// The waker was interrupted (the interrupt is consumed).
+    Interrupted,
+}
+
+/// One pass over the readers, starting at `from`: the first with records ready, or why none is.
+fn scan<T: Send + Sync + 'static>(
+    readers: &mut [Reader<T>],
+    from: usize,
+    limit: u64,
+) -> Result<Option<usize>, (usize, ReadError)> {
+    let n = readers.len();
+    let mut closed = 0;
+    for k in 0..n {
+        let i = (from + k) % n;
+        match readers[i].poll_ready(limit) {
+            Ok(true) => return Ok(Some(i)),
+            Ok(false) => {}
+            Err(ReadError::Closed) => closed += 1,
+            Err(e) => return Err((i, e)),
+        }
+    }
+    if closed == n {
+        Err((from % n, ReadError::Closed))
+    } else {
+        Ok(None)
+    }
+}
+
+/// Waits until one of `readers` (all sleeping on `waker`) has records ready, the deadline passes,
+/// or the waker is interrupted. Lag and close are reported with the reader's index; a set is
+/// closed when every reader in it is.
+pub(crate) fn wait_any<T: Send + Sync + 'static>(
+    readers: &mut [Reader<T>],
+    from: usize,
+    waker: &Waker,
+    wait: WaitStrategy,
+    deadline: Option<Instant>,
+    limit: u64,
+) -> Result<Waited, (usize, ReadError)> {
+    macro_rules! check {
+        () => {
+            if waker.take_interrupt() {
+                return Ok(Waited::Interrupted);
+            }
+            if let Some(i) = scan(readers, from, limit)? {
+                return Ok(Waited::Ready(i));
+            }
+        };
+    }
+    check!();
+    if readers.iter_mut().any(|r| r.take_fed()) && wait.yield_after_batch {
+        yield_now();
+        check!();
+    }
+    for _ in 0..wait.spin_polls {
+        spin_hint();
+        check!();
+    }
+    let yield_start = Instant::now();
+    let mut k = 0u32;
+    while !wait.yield_for.is_zero() {
+        yield_now();
+        check!();
+        k += 1;
+        if k % 8 == 0 {
+            let now = Instant::now();
+            if now - yield_start >= wait.yield_for || deadline.is_some_and(|d| now >= d) {
+                break;
+            }
+        }
+    }
+    loop {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(Waited::TimedOut);
+        }
+        // Park with every position published, so Block publishers see them.
+        for r in readers.iter() {
+            r.publish_position();
+        }
+        let recheck = |readers: &mut [Reader<T>]| match scan(readers, from, limit) {
+            Ok(Some(i)) => Some(Ok(Waited::Ready(i))),
+            Ok(None) => None,
+            Err(e) => Some(Err(e)),
+        };
+        let found = if readers.len() == 1 {
+            let log = Arc::clone(readers[0].log());
+            Log::park_on(&[&*log], waker, deadline, || recheck(readers))
+        } else {
+            // A set parks rarely and a sleep costs a system call anyway: two small vectors are fine.
+            let logs: Vec<Arc<Log<T>>> = readers.iter().map(|r| Arc::clone(r.log())).collect();
+            let refs: Vec<&Log<T>> = logs.iter().map(|l| &**l).collect();
+            Log::park_on(&refs, waker, deadline, || recheck(readers))
+        };
+        if let Some(r) = found {
+            return r;
+        }
+        check!();
+    }
+}
