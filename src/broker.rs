@@ -5,10 +5,12 @@
 
 use std::{any::Any, collections::HashMap, fmt};
 
+use std::sync::{Arc, Weak};
+
 use crate::{
     config::TopicConfig,
     error::Error,
-    sync::{lock, Arc, ArcSwap, Mutex},
+    sync::{lock, ArcSwap, Mutex},
     topic::Topic,
 };
 
@@ -130,6 +132,7 @@ impl Broker {
             };
         }
         let topic = Topic::new(name, config)?;
+        topic.set_broker(BrokerRef(Arc::downgrade(&self.inner)));
         let mut map = Registry::clone(&self.inner.topics.load());
         map.insert(name.to_owned(), std::sync::Arc::new(topic.clone()));
         self.inner.topics.store(std::sync::Arc::new(map));
@@ -143,6 +146,20 @@ impl Broker {
         match self.inner.topics.load().get(name) {
             Some(t) => downcast(name, t.as_ref()),
             None => Err(Error::UnknownTopic(name.to_owned())),
+        }
+    }
+
+    /// Publishes to the topic named `topic` (round-robin over its partitions). Errors:
+    /// [`Error::UnknownTopic`] or [`Error::TypeMismatch`] with the value handed back, or the
+    /// publish errors of [`Topic::publish`].
+    pub fn publish<T: Send + Sync + 'static>(
+        &self,
+        topic: &str,
+        value: T,
+    ) -> Result<crate::Published, crate::PublishToError<T>> {
+        match self.get::<T>(topic) {
+            Ok(t) => t.publish(value).map_err(crate::PublishToError::Publish),
+            Err(e) => Err(crate::PublishToError::Target(e, value)),
         }
     }
 
@@ -174,6 +191,17 @@ impl Broker {
             }
             None => Err(Error::UnknownTopic(name.to_owned())),
         }
+    }
+}
+
+/// A weak reference from a topic to its broker (for dead-letter topics), so that the broker's
+/// registry and its topics do not keep each other alive.
+#[derive(Clone)]
+pub(crate) struct BrokerRef(Weak<Inner>);
+
+impl BrokerRef {
+    pub(crate) fn upgrade(&self) -> Option<Broker> {
+        self.0.upgrade().map(|inner| Broker { inner })
     }
 }
 

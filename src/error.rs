@@ -46,6 +46,15 @@ pub enum Error {
     },
     /// A single-producer topic already has its producer.
     ProducerInUse,
+    /// A commit past the consumer's position (it would skip records never handed out).
+    CommitBeyondPosition {
+        /// The partition.
+        partition: u32,
+        /// The offset asked to commit.
+        offset: u64,
+        /// The consumer's position in that partition.
+        position: u64,
+    },
     /// The topic is closed.
     Closed,
 }
@@ -80,6 +89,10 @@ impl fmt::Display for Error {
                 )
             }
             Error::ProducerInUse => f.write_str("the single-producer topic already has a producer"),
+            Error::CommitBeyondPosition { partition, offset, position } => write!(
+                f,
+                "cannot commit offset {offset} in partition {partition}: the position is {position}"
+            ),
             Error::Closed => f.write_str("the topic is closed"),
         }
     }

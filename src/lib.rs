@@ -80,11 +80,13 @@
 mod broker;
 mod clock;
 mod config;
+mod consumer;
 mod error;
 mod key;
 mod log;
 mod reader;
 mod stats;
+mod subscription;
 mod sync;
 mod topic;
 mod wait;
@@ -94,7 +96,12 @@ pub use config::{
     Overflow, Producers, SizeFn, TopicConfig, WaitStrategy, DEFAULT_SEGMENT_SIZE, MAX_PARTITIONS,
     MAX_SEGMENT_SIZE,
 };
+pub use consumer::{Consumer, Reset};
 pub use error::{Error, PublishError, ReadError};
 pub use reader::{Batch, Reader, Record, Start};
+pub use subscription::{
+    AckHandle, Backoff, DeadLetter, Delivery, Retry, Subscription, SubscriptionBuilder,
+    SubscriptionStats,
+};
 pub use stats::{PartitionStats, ReaderStats, TopicStats};
 pub use topic::{Producer, PublishToError, Published, PublishedBatch, Topic};

@@ -374,6 +374,14 @@ impl<'a, T> Record<'a, T> {
     }
 }
 
+impl<T> Clone for Record<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Record<'_, T> {}
+
 impl<T> std::ops::Deref for Record<'_, T> {
     type Target = T;
     #[inline]
@@ -410,6 +418,11 @@ impl<'a, T> Batch<'a, T> {
     /// Always false: a batch holds at least one record.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// The partition the records are in.
+    pub fn partition(&self) -> u32 {
+        self.partition
     }
 
     /// Offset of the first record.

@@ -27,13 +27,13 @@
 #[cfg(not(loom))]
 pub(crate) use std::sync::{
     atomic::{fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering},
-    Arc, Mutex, MutexGuard,
+    Arc, Condvar, Mutex, MutexGuard,
 };
 
 #[cfg(loom)]
 pub(crate) use loom::sync::{
     atomic::{fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering},
-    Arc, Mutex, MutexGuard,
+    Arc, Condvar, Mutex, MutexGuard,
 };
 
 pub(crate) use arc_swap::ArcSwap;
@@ -48,6 +48,18 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     match m.lock() {
         Ok(g) => g,
         Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+/// Waits on a condition variable for at most `timeout`, ignoring poisoning (see [`lock`]).
+pub(crate) fn wait_timeout<'a, T>(
+    cond: &Condvar,
+    guard: MutexGuard<'a, T>,
+    timeout: Duration,
+) -> MutexGuard<'a, T> {
+    match cond.wait_timeout(guard, timeout) {
+        Ok((g, _)) => g,
+        Err(poisoned) => poisoned.into_inner().0,
     }
 }
 

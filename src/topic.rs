@@ -4,16 +4,19 @@
 //! - `round_robin`: Relaxed `fetch_add`; it only spreads unkeyed records over partitions, nothing
 //!   is published through it.
 
-use std::{fmt, hash::Hash, ops::Range};
+use std::{collections::HashMap, fmt, hash::Hash, ops::Range, sync::OnceLock};
 
 use crate::{
+    broker::{Broker, BrokerRef},
     config::{SizeFn, TopicConfig},
     error::{Error, PublishError},
     key,
     log::{Log, Writer},
     reader::{Reader, Start},
     stats::{PartitionStats, ReaderStats, TopicStats},
-    sync::{Arc, AtomicUsize, Ordering},
+    consumer::Consumer,
+    subscription::{Subscription, SubscriptionBuilder},
+    sync::{lock, Arc, AtomicUsize, Mutex, Ordering},
 };
 
 /// Where a record landed.
@@ -39,6 +42,11 @@ pub(crate) struct TopicInner<T: Send + Sync + 'static> {
     config: TopicConfig<T>,
     partitions: Box<[Arc<Log<T>>]>,
     round_robin: AtomicUsize,
+    /// Committed offsets by consumer or subscription name, one slot per partition. Touched on
+    /// commit and on creating a consumer, never on the hot path; no user code runs under it.
+    offsets: Mutex<HashMap<String, Vec<Option<u64>>>>,
+    /// The broker that registered the topic, if any.
+    broker: OnceLock<BrokerRef>,
 }
 
 /// A named, typed stream of records, split into partitions. Cloning is cheap (one `Arc`).
@@ -93,6 +101,8 @@ impl<T: Send + Sync + 'static> Topic<T> {
                 config,
                 partitions,
                 round_robin: AtomicUsize::new(0),
+                offsets: Mutex::new(HashMap::new()),
+                broker: OnceLock::new(),
             }),
         })
     }
@@ -170,7 +180,7 @@ impl<T: Send + Sync + 'static> Topic<T> {
     /// handed back), or the publish errors of [`Topic::publish`].
     pub fn publish_to(&self, partition: u32, value: T) -> Result<Published, PublishToError<T>> {
         if let Err(e) = self.log(partition) {
-            return Err(PublishToError::Partition(e, value));
+            return Err(PublishToError::Target(e, value));
         }
         self.publish_at(partition, None, value)
             .map_err(PublishToError::Publish)
@@ -235,6 +245,57 @@ impl<T: Send + Sync + 'static> Topic<T> {
             buffer: Vec::new(),
             sizes: Vec::new(),
         })
+    }
+
+    /// Starts a push subscription from `start` (or from what is committed under `name`) with
+    /// default settings; see [`Topic::subscription`] for the rest.
+    pub fn subscribe<E, H>(&self, name: &str, start: Start, handler: H) -> Result<Subscription<T>, Error>
+    where
+        T: Clone,
+        E: fmt::Display,
+        H: FnMut(&crate::Record<'_, T>) -> Result<(), E> + Send + 'static,
+    {
+        self.subscription(name).start(start).handler(handler)
+    }
+
+    /// Configures a push subscription: a thread of its own runs a handler for every record, with
+    /// retries, backoff, dead letters, filters and (in ack mode) acknowledgements.
+    pub fn subscription(&self, name: &str) -> SubscriptionBuilder<T>
+    where
+        T: Clone,
+    {
+        SubscriptionBuilder::new(self.clone(), name)
+    }
+
+    /// A named pull consumer of every partition. If offsets are committed under `name`, it resumes
+    /// there; otherwise it starts at `start`. Errors: [`Error::InvalidName`], and
+    /// [`Error::OffsetOutOfRange`] for an offset start outside a partition's retained range.
+    pub fn consumer(&self, name: &str, start: Start) -> Result<Consumer<T>, Error> {
+        Consumer::new(self.clone(), name, start)
+    }
+
+    pub(crate) fn set_broker(&self, broker: BrokerRef) {
+        let _ = self.inner.broker.set(broker);
+    }
+
+    /// The broker that holds this topic, if it is registered in one and still alive.
+    pub(crate) fn broker(&self) -> Option<Broker> {
+        self.inner.broker.get().and_then(BrokerRef::upgrade)
+    }
+
+    pub(crate) fn partition_log(&self, partition: u32) -> &Arc<Log<T>> {
+        &self.inner.partitions[partition as usize]
+    }
+
+    pub(crate) fn committed_offsets(&self, name: &str) -> Option<Vec<Option<u64>>> {
+        lock(&self.inner.offsets).get(name).cloned()
+    }
+
+    pub(crate) fn commit_offset(&self, name: &str, partition: u32, offset: u64) {
+        let n = self.inner.partitions.len();
+        let mut offsets = lock(&self.inner.offsets);
+        let slots = offsets.entry(name.to_owned()).or_insert_with(|| vec![None; n]);
+        slots[partition as usize] = Some(offset);
     }
 
     /// A reader of one partition, starting at `start`.
@@ -306,8 +367,8 @@ impl<T: Send + Sync + 'static> Topic<T> {
 /// Why [`Topic::publish_to`] or [`Producer::publish_to`] failed; the value is handed back.
 #[derive(Debug)]
 pub enum PublishToError<T> {
-    /// No such partition.
-    Partition(Error, T),
+    /// The target does not exist (no such topic or partition).
+    Target(Error, T),
     /// The publish itself failed.
     Publish(PublishError<T>),
 }
@@ -316,7 +377,7 @@ impl<T> PublishToError<T> {
     /// The value that was not published.
     pub fn into_inner(self) -> T {
         match self {
-            PublishToError::Partition(_, v) => v,
+            PublishToError::Target(_, v) => v,
             PublishToError::Publish(e) => e.into_inner(),
         }
     }
@@ -325,7 +386,7 @@ impl<T> PublishToError<T> {
 impl<T> fmt::Display for PublishToError<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            PublishToError::Partition(e, _) => e.fmt(f),
+            PublishToError::Target(e, _) => e.fmt(f),
             PublishToError::Publish(e) => e.fmt(f),
         }
     }
@@ -396,7 +457,7 @@ impl<T: Send + Sync + 'static> Producer<T> {
     /// Publishes a record to one partition.
     pub fn publish_to(&mut self, partition: u32, value: T) -> Result<Published, PublishToError<T>> {
         if let Err(e) = self.topic.log(partition) {
-            return Err(PublishToError::Partition(e, value));
+            return Err(PublishToError::Target(e, value));
         }
         self.publish_at(partition, None, value)
             .map_err(PublishToError::Publish)

@@ -32,7 +32,7 @@ pub(crate) enum Waited {
 }
 
 /// One pass over the readers, starting at `from`: the first with records ready, or why none is.
-fn scan<T: Send + Sync + 'static>(
+pub(crate) fn scan<T: Send + Sync + 'static>(
     readers: &mut [Reader<T>],
     from: usize,
     limit: u64,

@@ -1,0 +1,949 @@
+//! Push subscriptions: a dedicated thread per subscription runs a handler for every record, in log
+//! order, with retries, backoff, dead letters and (in ack mode) acknowledgements and redelivery.
+//!
+//! A subscription reads through its own [`Consumer`], so it is isolated: a slow handler delays
+//! nobody else, and publishers never wait for it (unless the topic's overflow policy is `Block`).
+//! The handler runs on the subscription's thread with no engine lock held, so it may publish to any
+//! topic, its own included.
+//!
+//! # At least once (I7)
+//! A subscription's position (and the offset it commits under its name) passes a record only after
+//! the handler succeeded, the record was acked, filtered out, or written to the dead-letter topic.
+//! Closing mid-record leaves the position at that record, so a subscription started again with the
+//! same name sees it again.
+//!
+//! # Orderings
+//! - `attention`: set with Release by `pause`/`close` (after changing the control state under its
+//!   lock), read with Acquire between records: a cheap check that avoids taking the lock per record.
+//! - `positions`, `in_flight` and `idle_waiters` use SeqCst: `wait_idle` increments the waiter count
+//!   and then reads positions; the thread stores a position and then reads the waiter count. With all
+//!   four SeqCst, one of the two sees the other, so an idle waiter is never left sleeping.
+//! - The statistics counters are Relaxed: they are only read for snapshots.
+
+use std::{
+    fmt,
+    panic::{catch_unwind, AssertUnwindSafe},
+    thread::{self, JoinHandle},
+    time::{Duration, Instant},
+};
+
+use crate::{
+    broker::check_name,
+    config::TopicConfig,
+    consumer::Consumer,
+    error::{Error, ReadError},
+    reader::{Record, Start},
+    sync::{lock, wait_timeout, Arc, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering},
+    topic::Topic,
+};
+
+/// A record that a subscription gave up on, as written to the dead-letter topic.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeadLetter<T> {
+    /// The topic the record came from.
+    pub topic: String,
+    /// Its partition.
+    pub partition: u32,
+    /// Its offset.
+    pub offset: u64,
+    /// The subscription that gave up.
+    pub subscription: String,
+    /// How many times it was delivered.
+    pub attempts: u32,
+    /// The last error (the handler's error text, a panic message, or why it was terminated).
+    pub error: String,
+    /// The value (a clone of the record's value).
+    pub value: T,
+}
+
+/// How long to wait before the next attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backoff {
+    /// Retry at once.
+    None,
+    /// The same delay before every retry.
+    Fixed(Duration),
+    /// `initial`, doubling each retry up to `max`; with `jitter`, each delay is drawn uniformly
+    /// from its upper half, so many subscriptions failing together do not retry in lockstep.
+    Exponential {
+        /// The first delay.
+        initial: Duration,
+        /// The largest delay.
+        max: Duration,
+        /// Whether to randomize the delays.
+        jitter: bool,
+    },
+}
+
+impl Backoff {
+    /// The delay before retry number `retry` (1 for the first retry).
+    fn delay(&self, retry: u32, seed: &mut u64) -> Duration {
+        match *self {
+            Backoff::None => Duration::ZERO,
+            Backoff::Fixed(d) => d,
+            Backoff::Exponential { initial, max, jitter } => {
+                let factor = 1u32.checked_shl(retry.saturating_sub(1).min(31)).unwrap_or(u32::MAX);
+                let d = initial.saturating_mul(factor).min(max);
+                if !jitter || d.is_zero() {
+                    return d;
+                }
+                // xorshift64: cheap, and good enough to spread retries.
+                *seed ^= *seed << 13;
+                *seed ^= *seed >> 7;
+                *seed ^= *seed << 17;
+                let half = d / 2;
+                half + Duration::from_nanos(*seed % (half.as_nanos() as u64 + 1))
+            }
+        }
+    }
+}
+
+/// How often a failing record is tried, and how long to wait in between.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retry {
+    max_attempts: u32,
+    backoff: Backoff,
+}
+
+impl Default for Retry {
+    /// 3 attempts, exponential backoff from 1 ms to 100 ms with jitter.
+    fn default() -> Self {
+        Retry {
+            max_attempts: 3,
+            backoff: Backoff::Exponential {
+                initial: Duration::from_millis(1),
+                max: Duration::from_millis(100),
+                jitter: true,
+            },
+        }
+    }
+}
+
+impl Retry {
+    /// Attempts per record before it is dead-lettered (at least 1).
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.max_attempts = n;
+        self
+    }
+
+    /// The delay between attempts.
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+}
+
+/// A snapshot of a subscription's progress.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SubscriptionStats {
+    /// Its name.
+    pub name: String,
+    /// The next offset to process, by partition.
+    pub positions: Vec<u64>,
+    /// Records published and not yet processed.
+    pub lag: u64,
+    /// Records processed: handled successfully, acked, or filtered out.
+    pub delivered: u64,
+    /// Attempts that failed (an error, a panic, or a nak).
+    pub failed_attempts: u64,
+    /// Deliveries after the first of a record (ack mode).
+    pub redelivered: u64,
+    /// Records written to the dead-letter topic.
+    pub dead_lettered: u64,
+    /// Records retention removed before the subscription got to them.
+    pub lagged: u64,
+    /// Records being handled right now (0 or 1).
+    pub in_flight: u64,
+    /// Whether the thread has stopped (closed, or the topic closed and everything was processed).
+    pub finished: bool,
+}
+
+/// What became of an ack-mode delivery.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Outcome {
+    Ack,
+    Nak(Duration),
+    Term,
+}
+
+struct Control {
+    paused: bool,
+    closing: bool,
+    /// Ack mode: the current delivery's token, and what became of it.
+    token: u64,
+    outcome: Option<Outcome>,
+    redeliver: bool,
+}
+
+struct Shared {
+    name: String,
+    control: Mutex<Control>,
+    changed: Condvar,
+    attention: AtomicBool,
+    positions: Vec<AtomicU64>,
+    in_flight: AtomicU64,
+    idle_waiters: AtomicUsize,
+    finished: AtomicBool,
+    delivered: AtomicU64,
+    failed: AtomicU64,
+    redelivered: AtomicU64,
+    dead_lettered: AtomicU64,
+    lagged: AtomicU64,
+}
+
+impl Shared {
+    /// Sleeps up to `d` unless the subscription is closing; returns whether it is.
+    fn sleep_unless_closing(&self, d: Duration) -> bool {
+        let deadline = Instant::now() + d;
+        let mut c = lock(&self.control);
+        loop {
+            let now = Instant::now();
+            if c.closing || now >= deadline {
+                return c.closing;
+            }
+            c = wait_timeout(&self.changed, c, deadline - now);
+        }
+    }
+
+    fn notify_idle_waiters(&self) {
+        // SeqCst: see the module's Orderings.
+        if self.idle_waiters.load(Ordering::SeqCst) > 0 {
+            let _c = lock(&self.control);
+            self.changed.notify_all();
+        }
+    }
+}
+
+/// Acknowledges one ack-mode delivery. Cheap to clone and `Send`: it may be kept and used after the
+/// handler returns, from any thread. Acking an older delivery, or acking twice, changes nothing.
+#[derive(Clone)]
+pub struct AckHandle {
+    shared: Arc<Shared>,
+    token: u64,
+    partition: u32,
+    offset: u64,
+}
+
+impl fmt::Debug for AckHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AckHandle")
+            .field("partition", &self.partition)
+            .field("offset", &self.offset)
+            .finish()
+    }
+}
+
+impl AckHandle {
+    fn settle(&self, outcome: Outcome) -> bool {
+        let mut c = lock(&self.shared.control);
+        if c.token != self.token || c.outcome.is_some() {
+            return false;
+        }
+        c.outcome = Some(outcome);
+        self.shared.changed.notify_all();
+        true
+    }
+
+    /// The record was processed: the subscription moves on. Returns false if this delivery was
+    /// already settled or is no longer current (then nothing changes).
+    pub fn ack(&self) -> bool {
+        self.settle(Outcome::Ack)
+    }
+
+    /// Not processed: deliver it again after `delay` (counts as a failed attempt).
+    pub fn nak(&self, delay: Duration) -> bool {
+        self.settle(Outcome::Nak(delay))
+    }
+
+    /// Never deliver it again: dead-letter it now.
+    pub fn term(&self) -> bool {
+        self.settle(Outcome::Term)
+    }
+
+    /// The record's offset.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// The record's partition.
+    pub fn partition(&self) -> u32 {
+        self.partition
+    }
+}
+
+/// One delivery of a record to an ack-mode handler. Derefs to the value.
+pub struct Delivery<'a, T> {
+    record: Record<'a, T>,
+    handle: AckHandle,
+    attempt: u32,
+}
+
+impl<'a, T> Delivery<'a, T> {
+    /// The record.
+    pub fn record(&self) -> &Record<'a, T> {
+        &self.record
+    }
+
+    /// Which delivery of this record this is (1 for the first).
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// A handle to settle this delivery later, from anywhere.
+    pub fn handle(&self) -> AckHandle {
+        self.handle.clone()
+    }
+
+    /// See [`AckHandle::ack`].
+    pub fn ack(&self) -> bool {
+        self.handle.ack()
+    }
+
+    /// See [`AckHandle::nak`].
+    pub fn nak(&self, delay: Duration) -> bool {
+        self.handle.nak(delay)
+    }
+
+    /// See [`AckHandle::term`].
+    pub fn term(&self) -> bool {
+        self.handle.term()
+    }
+}
+
+impl<T> std::ops::Deref for Delivery<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        self.record.value()
+    }
+}
+
+type Filter<T> = Box<dyn Fn(&T) -> bool + Send>;
+
+/// Configures a subscription; made by [`Topic::subscription`].
+pub struct SubscriptionBuilder<T: Send + Sync + 'static> {
+    topic: Topic<T>,
+    name: String,
+    start: Start,
+    retry: Retry,
+    dead_letter: Option<Topic<DeadLetter<T>>>,
+    filter: Option<Filter<T>>,
+    ack_wait: Duration,
+    max_deliver: u32,
+}
+
+impl<T: Send + Sync + 'static> fmt::Debug for SubscriptionBuilder<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SubscriptionBuilder")
+            .field("topic", &self.topic.name())
+            .field("name", &self.name)
+            .field("start", &self.start)
+            .field("retry", &self.retry)
+            .field("ack_wait", &self.ack_wait)
+            .field("max_deliver", &self.max_deliver)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Clone + Send + Sync + 'static> SubscriptionBuilder<T> {
+    pub(crate) fn new(topic: Topic<T>, name: &str) -> Self {
+        SubscriptionBuilder {
+            topic,
+            name: name.to_owned(),
+            start: Start::Latest,
+            retry: Retry::default(),
+            dead_letter: None,
+            filter: None,
+            ack_wait: Duration::from_secs(30),
+            max_deliver: 5,
+        }
+    }
+
+    /// Where to start when nothing is committed under this name (default [`Start::Latest`]).
+    pub fn start(mut self, start: Start) -> Self {
+        self.start = start;
+        self
+    }
+
+    /// Attempts and backoff for a failing handler (default [`Retry::default`]).
+    pub fn retry(mut self, retry: Retry) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Where dead letters go. Default: the broker's topic `<topic>.dlq` (created if needed), or
+    /// for a topic outside a broker, a new topic of that name (see
+    /// [`Subscription::dead_letter_topic`]).
+    pub fn dead_letter(mut self, topic: Topic<DeadLetter<T>>) -> Self {
+        self.dead_letter = Some(topic);
+        self
+    }
+
+    /// Only records for which `keep` is true reach the handler; the others count as delivered.
+    /// It runs on the subscription's thread, under no lock.
+    pub fn filter(mut self, keep: impl Fn(&T) -> bool + Send + 'static) -> Self {
+        self.filter = Some(Box::new(keep));
+        self
+    }
+
+    /// Ack mode: how long a delivery may stay unacked before it is delivered again (default 30 s).
+    pub fn ack_wait(mut self, d: Duration) -> Self {
+        self.ack_wait = d;
+        self
+    }
+
+    /// Ack mode: deliveries of one record before it is dead-lettered (default 5, at least 1).
+    pub fn max_deliver(mut self, n: u32) -> Self {
+        self.max_deliver = n;
+        self
+    }
+
+    /// Starts the subscription with a handler for each record. An `Err` or a panic is a failed
+    /// attempt. Errors: [`Error::InvalidName`], [`Error::InvalidConfig`] (zero attempts), and those
+    /// of creating the dead-letter topic.
+    pub fn handler<E, H>(self, mut handler: H) -> Result<Subscription<T>, Error>
+    where
+        E: fmt::Display,
+        H: FnMut(&Record<'_, T>) -> Result<(), E> + Send + 'static,
+    {
+        self.spawn(move |ctx, record| ctx.run_plain(record, &mut handler))
+    }
+
+    /// Starts the subscription in ack mode: the handler gets a [`Delivery`] to ack, nak or term
+    /// (now, or later through its [`AckHandle`]). The next record waits until the current one is
+    /// settled or its `ack_wait` passes (then it is delivered again), so order is kept.
+    pub fn ack_handler<E, H>(self, mut handler: H) -> Result<Subscription<T>, Error>
+    where
+        E: fmt::Display,
+        H: FnMut(Delivery<'_, T>) -> Result<(), E> + Send + 'static,
+    {
+        self.spawn(move |ctx, record| ctx.run_acked(record, &mut handler))
+    }
+
+    fn spawn(
+        self,
+        mut process: impl FnMut(&mut Context<T>, &Record<'_, T>) -> Step + Send + 'static,
+    ) -> Result<Subscription<T>, Error> {
+        check_name(&self.name)?;
+        if self.retry.max_attempts == 0 {
+            return Err(Error::InvalidConfig("a subscription needs at least one attempt"));
+        }
+        if self.max_deliver == 0 {
+            return Err(Error::InvalidConfig("max_deliver must be at least 1"));
+        }
+        if self.ack_wait.is_zero() {
+            return Err(Error::InvalidConfig("ack_wait must be more than zero"));
+        }
+        let dead_letter = match self.dead_letter {
+            Some(t) => t,
+            None => {
+                let name = format!("{}.dlq", self.topic.name());
+                match self.topic.broker() {
+                    Some(broker) => broker.topic(&name, TopicConfig::default())?,
+                    None => Topic::new(&name, TopicConfig::default())?,
+                }
+            }
+        };
+        let consumer = Consumer::new(self.topic.clone(), &self.name, self.start)?;
+        let shared = Arc::new(Shared {
+            name: self.name.clone(),
+            control: Mutex::new(Control {
+                paused: false,
+                closing: false,
+                token: 0,
+                outcome: None,
+                redeliver: false,
+            }),
+            changed: Condvar::new(),
+            attention: AtomicBool::new(false),
+            positions: consumer.positions().into_iter().map(AtomicU64::new).collect(),
+            in_flight: AtomicU64::new(0),
+            idle_waiters: AtomicUsize::new(0),
+            finished: AtomicBool::new(false),
+            delivered: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            redelivered: AtomicU64::new(0),
+            dead_lettered: AtomicU64::new(0),
+            lagged: AtomicU64::new(0),
+        });
+        let waker = consumer.waker();
+        let mut ctx = Context {
+            shared: Arc::clone(&shared),
+            topic: self.topic.clone(),
+            dead_letter: dead_letter.clone(),
+            retry: self.retry,
+            filter: self.filter,
+            ack_wait: self.ack_wait,
+            max_deliver: self.max_deliver,
+            seed: 0x9e37_79b9_7f4a_7c15 ^ (Arc::as_ptr(&shared) as u64),
+        };
+        let thread = thread::Builder::new()
+            .name(format!("logbus-sub-{}", self.name))
+            .spawn(move || {
+                ctx.run(consumer, &mut process);
+            })
+            .map_err(|_| Error::InvalidConfig("could not start the subscription's thread"))?;
+        Ok(Subscription {
+            shared,
+            waker,
+            thread: Some(thread),
+            topic: self.topic,
+            dead_letter,
+        })
+    }
+}
+
+/// What processing one record came to.
+enum Step {
+    /// Done with it: the position may pass it.
+    Done,
+    /// Stop without passing it (closing, or the dead-letter topic refused it).
+    Stop,
+}
+
+/// The subscription thread's state.
+struct Context<T: Send + Sync + 'static> {
+    shared: Arc<Shared>,
+    topic: Topic<T>,
+    dead_letter: Topic<DeadLetter<T>>,
+    retry: Retry,
+    filter: Option<Filter<T>>,
+    ack_wait: Duration,
+    max_deliver: u32,
+    seed: u64,
+}
+
+/// Records a subscription takes from its consumer at a time.
+const BATCH: usize = 64;
+/// How often (in records) the position is committed under the subscription's name, besides on exit.
+const COMMIT_EVERY: u64 = 256;
+
+impl<T: Clone + Send + Sync + 'static> Context<T> {
+    fn run(
+        &mut self,
+        mut consumer: Consumer<T>,
+        process: &mut impl FnMut(&mut Context<T>, &Record<'_, T>) -> Step,
+    ) {
+        let mut since_commit = 0u64;
+        'outer: loop {
+            {
+                let mut c = lock(&self.shared.control);
+                while c.paused && !c.closing {
+                    c = wait_timeout(&self.shared.changed, c, Duration::from_secs(3600));
+                }
+                if c.closing {
+                    break;
+                }
+                // Relaxed: the flag is re-derived from the control state we just read under lock.
+                self.shared.attention.store(false, Ordering::Relaxed);
+            }
+            let mut rewind = None;
+            match consumer.next_batch_or_interrupt(BATCH) {
+                Ok(None) => continue,
+                Ok(Some(batch)) => {
+                    let p = batch.partition();
+                    for record in batch.iter() {
+                        // Acquire: see the module's Orderings.
+                        if self.shared.attention.load(Ordering::Acquire) {
+                            rewind = Some((p, record.offset()));
+                            break;
+                        }
+                        match process(self, &record) {
+                            Step::Done => {
+                                // SeqCst: see the module's Orderings.
+                                self.shared.positions[p as usize]
+                                    .store(record.offset() + 1, Ordering::SeqCst);
+                                self.shared.notify_idle_waiters();
+                                since_commit += 1;
+                                if since_commit >= COMMIT_EVERY {
+                                    since_commit = 0;
+                                    self.commit();
+                                }
+                            }
+                            Step::Stop => {
+                                rewind = Some((p, record.offset()));
+                                break;
+                            }
+                        }
+                    }
+                }
+                Err(ReadError::Lagged(n)) => {
+                    // Relaxed: a statistic.
+                    self.shared.lagged.fetch_add(n, Ordering::Relaxed);
+                    for (p, pos) in consumer.positions().into_iter().enumerate() {
+                        self.shared.positions[p].store(pos, Ordering::SeqCst);
+                    }
+                    self.shared.notify_idle_waiters();
+                }
+                Err(_) => break 'outer, // Closed: everything published was processed.
+            }
+            if let Some((p, offset)) = rewind {
+                consumer.rewind(p, offset);
+            }
+        }
+        self.commit();
+        // SeqCst: see the module's Orderings.
+        self.shared.finished.store(true, Ordering::SeqCst);
+        let _c = lock(&self.shared.control);
+        self.shared.changed.notify_all();
+    }
+
+    fn commit(&self) {
+        for (p, pos) in self.shared.positions.iter().enumerate() {
+            self.topic.commit_offset(&self.shared.name, p as u32, pos.load(Ordering::SeqCst));
+        }
+    }
+
+    fn keep(&self, record: &Record<'_, T>) -> bool {
+        match &self.filter {
+            Some(keep) => keep(record.value()),
+            None => true,
+        }
+    }
+
+    fn count(&self, counter: &AtomicU64) {
+        // Relaxed: a statistic.
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Writes the record to the dead-letter topic. `Step::Stop` if that topic refuses it, so the
+    /// record is not passed without being dead-lettered (I7).
+    fn dead_letter(&self, record: &Record<'_, T>, attempts: u32, error: String) -> Step {
+        let letter = DeadLetter {
+            topic: self.topic.name().to_owned(),
+            partition: record.partition(),
+            offset: record.offset(),
+            subscription: self.shared.name.clone(),
+            attempts,
+            error,
+            value: record.value().clone(),
+        };
+        match self.dead_letter.publish(letter) {
+            Ok(_) => {
+                self.count(&self.shared.dead_lettered);
+                Step::Done
+            }
+            Err(_) => Step::Stop,
+        }
+    }
+
+    fn run_plain<E: fmt::Display>(
+        &mut self,
+        record: &Record<'_, T>,
+        handler: &mut impl FnMut(&Record<'_, T>) -> Result<(), E>,
+    ) -> Step {
+        if !self.keep(record) {
+            self.count(&self.shared.delivered);
+            return Step::Done;
+        }
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            // SeqCst: see the module's Orderings.
+            self.shared.in_flight.store(1, Ordering::SeqCst);
+            let result = catch_unwind(AssertUnwindSafe(|| handler(record)));
+            self.shared.in_flight.store(0, Ordering::SeqCst);
+            let error = match result {
+                Ok(Ok(())) => {
+                    self.count(&self.shared.delivered);
+                    return Step::Done;
+                }
+                Ok(Err(e)) => e.to_string(),
+                Err(panic) => panic_message(panic),
+            };
+            self.count(&self.shared.failed);
+            if attempt >= self.retry.max_attempts {
+                return self.dead_letter(record, attempt, error);
+            }
+            let delay = self.retry.backoff.delay(attempt, &mut self.seed);
+            if self.shared.sleep_unless_closing(delay) {
+                return Step::Stop;
+            }
+        }
+    }
+
+    fn run_acked<E: fmt::Display>(
+        &mut self,
+        record: &Record<'_, T>,
+        handler: &mut impl FnMut(Delivery<'_, T>) -> Result<(), E>,
+    ) -> Step {
+        if !self.keep(record) {
+            self.count(&self.shared.delivered);
+            return Step::Done;
+        }
+        let mut deliveries = 0u32;
+        let mut failures = 0u32;
+        loop {
+            deliveries += 1;
+            if deliveries > 1 {
+                self.count(&self.shared.redelivered);
+            }
+            let token = {
+                let mut c = lock(&self.shared.control);
+                c.token += 1;
+                c.outcome = None;
+                c.redeliver = false;
+                c.token
+            };
+            let handle = AckHandle {
+                shared: Arc::clone(&self.shared),
+                token,
+                partition: record.partition(),
+                offset: record.offset(),
+            };
+            let delivery = Delivery {
+                record: *record,
+                handle: handle.clone(),
+                attempt: deliveries,
+            };
+            self.shared.in_flight.store(1, Ordering::SeqCst);
+            let result = catch_unwind(AssertUnwindSafe(|| handler(delivery)));
+            let mut error = match result {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => Some(e.to_string()),
+                Err(panic) => Some(panic_message(panic)),
+            };
+            if error.is_some() {
+                // A failed handler naks, unless it settled the delivery before failing.
+                handle.nak(Duration::ZERO);
+            }
+            let outcome = self.await_outcome(token);
+            self.shared.in_flight.store(0, Ordering::SeqCst);
+            let retry_after = match outcome {
+                Awaited::Settled(Outcome::Ack) => {
+                    self.count(&self.shared.delivered);
+                    return Step::Done;
+                }
+                Awaited::Settled(Outcome::Term) => {
+                    let why = error.take().unwrap_or_else(|| "terminated by the handler".into());
+                    return self.dead_letter(record, deliveries, why);
+                }
+                Awaited::Settled(Outcome::Nak(delay)) => {
+                    self.count(&self.shared.failed);
+                    failures += 1;
+                    error.get_or_insert_with(|| "nak".into());
+                    if delay.is_zero() && failures > 0 {
+                        self.retry.backoff.delay(failures, &mut self.seed)
+                    } else {
+                        delay
+                    }
+                }
+                Awaited::Redeliver => {
+                    error.get_or_insert_with(|| "redelivered by request".into());
+                    Duration::ZERO
+                }
+                Awaited::TimedOut => {
+                    error.get_or_insert_with(|| "not acknowledged in time".into());
+                    Duration::ZERO
+                }
+                Awaited::Closing => return Step::Stop,
+            };
+            if deliveries >= self.max_deliver {
+                let why = error.unwrap_or_default();
+                return self.dead_letter(record, deliveries, why);
+            }
+            if self.shared.sleep_unless_closing(retry_after) {
+                return Step::Stop;
+            }
+        }
+    }
+
+    /// Waits until delivery `token` is settled, redelivery is requested, `ack_wait` passes, or the
+    /// subscription closes.
+    fn await_outcome(&self, token: u64) -> Awaited {
+        let deadline = Instant::now().checked_add(self.ack_wait);
+        let mut c = lock(&self.shared.control);
+        loop {
+            debug_assert_eq!(c.token, token);
+            if let Some(o) = c.outcome {
+                return Awaited::Settled(o);
+            }
+            if c.closing {
+                return Awaited::Closing;
+            }
+            if c.redeliver {
+                // Further acks of this delivery are stale.
+                c.token += 1;
+                return Awaited::Redeliver;
+            }
+            let now = Instant::now();
+            match deadline {
+                Some(d) if now >= d => {
+                    c.token += 1;
+                    return Awaited::TimedOut;
+                }
+                Some(d) => c = wait_timeout(&self.shared.changed, c, d - now),
+                None => c = wait_timeout(&self.shared.changed, c, Duration::from_secs(3600)),
+            }
+        }
+    }
+}
+
+enum Awaited {
+    Settled(Outcome),
+    Redeliver,
+    TimedOut,
+    Closing,
+}
+
+fn panic_message(panic: Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        format!("panic: {s}")
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        format!("panic: {s}")
+    } else {
+        "panic".to_owned()
+    }
+}
+
+/// A running push subscription. Dropping it closes it (see [`Subscription::close`]).
+///
+/// ```
+/// use std::time::Duration;
+/// use logbus::{Broker, Start, TopicConfig};
+/// let broker = Broker::new();
+/// let topic = broker.topic::<u32>("jobs", TopicConfig::default()).unwrap();
+/// let (tx, rx) = std::sync::mpsc::channel();
+/// let sub = topic
+///     .subscribe("worker", Start::Earliest, move |r| tx.send(**r).map_err(|e| e.to_string()))
+///     .unwrap();
+/// topic.publish(7).unwrap();
+/// assert_eq!(rx.recv().unwrap(), 7);
+/// assert!(sub.wait_idle(Duration::from_secs(5)));
+/// assert_eq!(sub.stats().delivered, 1);
+/// ```
+pub struct Subscription<T: Send + Sync + 'static> {
+    shared: Arc<Shared>,
+    waker: Arc<crate::log::Waker>,
+    thread: Option<JoinHandle<()>>,
+    topic: Topic<T>,
+    dead_letter: Topic<DeadLetter<T>>,
+}
+
+impl<T: Send + Sync + 'static> fmt::Debug for Subscription<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Subscription")
+            .field("topic", &self.topic.name())
+            .field("name", &self.shared.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Send + Sync + 'static> Subscription<T> {
+    /// The subscription's name.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// Where this subscription's dead letters go.
+    pub fn dead_letter_topic(&self) -> &Topic<DeadLetter<T>> {
+        &self.dead_letter
+    }
+
+    fn poke(&self, change: impl FnOnce(&mut Control)) {
+        let mut c = lock(&self.shared.control);
+        change(&mut c);
+        // Release: see the module's Orderings.
+        self.shared.attention.store(true, Ordering::Release);
+        self.shared.changed.notify_all();
+        drop(c);
+        self.waker.interrupt();
+    }
+
+    /// Stops handing out records after the current one, until [`Subscription::resume`].
+    pub fn pause(&self) {
+        self.poke(|c| c.paused = true);
+    }
+
+    /// Resumes after [`Subscription::pause`].
+    pub fn resume(&self) {
+        self.poke(|c| c.paused = false);
+    }
+
+    /// Ack mode: delivers the current unacked record again now, without waiting for `ack_wait`.
+    pub fn redeliver_unacked(&self) {
+        let mut c = lock(&self.shared.control);
+        if c.outcome.is_none() {
+            c.redeliver = true;
+            self.shared.changed.notify_all();
+        }
+    }
+
+    /// Stops after the current record (which is finished, or left unpassed if it was waiting for a
+    /// retry or an ack), commits the position under the subscription's name and joins the thread.
+    /// Idempotent. Called from the subscription's own handler, it stops without joining.
+    pub fn close(&mut self) {
+        self.poke(|c| c.closing = true);
+        if let Some(t) = self.thread.take() {
+            if t.thread().id() != thread::current().id() {
+                let _ = t.join();
+            }
+        }
+    }
+
+    /// Waits until everything published before this call has been processed (and nothing is in
+    /// flight), or the subscription finished; false if `timeout` passed first.
+    pub fn wait_idle(&self, timeout: Duration) -> bool {
+        let ends: Vec<u64> =
+            (0..self.topic.partitions()).map(|p| self.topic.partition_log(p).end()).collect();
+        let deadline = Instant::now().checked_add(timeout);
+        // SeqCst: see the module's Orderings.
+        self.shared.idle_waiters.fetch_add(1, Ordering::SeqCst);
+        let mut c = lock(&self.shared.control);
+        let idle = loop {
+            let done = self.shared.finished.load(Ordering::SeqCst)
+                || (self.shared.in_flight.load(Ordering::SeqCst) == 0
+                    && ends
+                        .iter()
+                        .zip(&self.shared.positions)
+                        .all(|(end, pos)| pos.load(Ordering::SeqCst) >= *end));
+            if done {
+                break true;
+            }
+            let now = Instant::now();
+            match deadline {
+                Some(d) if now >= d => break false,
+                Some(d) => c = wait_timeout(&self.shared.changed, c, d - now),
+                None => c = wait_timeout(&self.shared.changed, c, Duration::from_secs(3600)),
+            }
+        };
+        drop(c);
+        self.shared.idle_waiters.fetch_sub(1, Ordering::SeqCst);
+        idle
+    }
+
+    /// Whether the thread has stopped (closed, or the topic closed and everything was processed).
+    pub fn is_finished(&self) -> bool {
+        self.shared.finished.load(Ordering::SeqCst)
+    }
+
+    /// A snapshot of the subscription's progress.
+    pub fn stats(&self) -> SubscriptionStats {
+        let positions: Vec<u64> =
+            self.shared.positions.iter().map(|p| p.load(Ordering::SeqCst)).collect();
+        let lag = positions
+            .iter()
+            .enumerate()
+            .map(|(p, pos)| self.topic.partition_log(p as u32).end().saturating_sub(*pos))
+            .sum();
+        // Relaxed: statistics.
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        SubscriptionStats {
+            name: self.shared.name.clone(),
+            positions,
+            lag,
+            delivered: get(&self.shared.delivered),
+            failed_attempts: get(&self.shared.failed),
+            redelivered: get(&self.shared.redelivered),
+            dead_lettered: get(&self.shared.dead_lettered),
+            lagged: get(&self.shared.lagged),
+            in_flight: self.shared.in_flight.load(Ordering::SeqCst),
+            finished: self.is_finished(),
+        }
+    }
+}
+
+impl<T: Send + Sync + 'static> Drop for Subscription<T> {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
