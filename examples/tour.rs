@@ -4,12 +4,14 @@
 //! misbehaves.
 
 use std::{
+    sync::{Arc, Mutex},
     thread,
     time::{Duration, Instant, SystemTime},
 };
 
 use logbus::{
-    Broker, Overflow, Producers, PublishError, ReadError, Record, Start, TopicConfig, WaitStrategy,
+    Backoff, Batch, Broker, DeadLetter, Overflow, Producers, PublishError, ReadError, Record,
+    Retry, Start, TopicConfig, WaitStrategy,
 };
 
 /// An order: which publisher thread made it and its sequence number in that thread.
@@ -20,7 +22,14 @@ struct Order {
 }
 
 fn main() {
+    println!("# Delivery: push subscriptions, dead letters, pull consumers, acks\n");
     let broker = Broker::new();
+    subscriptions_fast_and_slow(&broker);
+    poison_to_dead_letters(&broker);
+    pull_consumer_rollback(&broker);
+    unknown_topic(&broker);
+    acks_and_redelivery();
+    println!("\n# The engine: readers, replay, keys, retention, back-pressure, parking\n");
     fan_out(&broker);
     replay(&broker);
     keyed(&broker);
@@ -31,11 +40,213 @@ fn main() {
     println!("Tour complete: every check passed.");
 }
 
-/// Four threads publish, three readers each receive everything, in log order.
-fn fan_out(broker: &Broker) {
-    println!("== 1. fan-out: 4 publishers, 3 readers ==");
+/// Who received what, by publisher: checks each publisher's 25 records arrived in order.
+fn check_publisher_order(name: &str, got: &[Order]) {
+    for publisher in 0..4 {
+        let seqs: Vec<u32> = got
+            .iter()
+            .filter(|o| o.publisher == publisher)
+            .map(|o| o.seq)
+            .collect();
+        assert_eq!(
+            seqs,
+            (0..25).collect::<Vec<_>>(),
+            "{name}: publisher {publisher}'s order"
+        );
+    }
+}
+
+/// Scenario 1: a fast and a slow subscriber; the slow one delays nobody.
+fn subscriptions_fast_and_slow(broker: &Broker) {
+    println!("== 1. `orders`: a fast and a slow (20 ms per record) subscriber, 4 publishers ==");
     let orders = broker
         .topic::<Order>("orders", TopicConfig::default())
+        .unwrap();
+    orders
+        .publish(Order {
+            publisher: 9,
+            seq: 0,
+        })
+        .unwrap();
+    let collect = |delay: Duration| {
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let sink = got.clone();
+        let handler = move |r: &Record<'_, Order>| {
+            thread::sleep(delay);
+            sink.lock().unwrap().push(**r);
+            Ok::<_, String>(())
+        };
+        (got, handler)
+    };
+    let (fast_got, fast_handler) = collect(Duration::ZERO);
+    let fast = orders
+        .subscribe("fast", Start::Earliest, fast_handler)
+        .unwrap();
+    let (slow_got, slow_handler) = collect(Duration::from_millis(20));
+    let slow = orders
+        .subscribe("slow", Start::Latest, slow_handler)
+        .unwrap();
+    let start = Instant::now();
+    let publishers: Vec<_> = (0..4u32)
+        .map(|publisher| {
+            let orders = orders.clone();
+            thread::spawn(move || {
+                for seq in 0..25 {
+                    orders.publish(Order { publisher, seq }).unwrap();
+                }
+            })
+        })
+        .collect();
+    for p in publishers {
+        p.join().unwrap();
+    }
+    let published = start.elapsed();
+    assert!(fast.wait_idle(Duration::from_secs(60)));
+    let fast_done = start.elapsed();
+    assert!(slow.wait_idle(Duration::from_secs(60)));
+    let slow_done = start.elapsed();
+    let (fast_got, slow_got) = (fast_got.lock().unwrap(), slow_got.lock().unwrap());
+    check_publisher_order("fast", &fast_got);
+    check_publisher_order("slow", &slow_got);
+    println!("  publishers done in {published:.1?}; nobody waited for the slow subscriber");
+    println!(
+        "  fast: {} records (from the beginning), all in by {fast_done:.1?}",
+        fast_got.len()
+    );
+    println!(
+        "  slow: {} records (from latest), all in by {slow_done:.1?}",
+        slow_got.len()
+    );
+    println!("  each publisher's 25 records arrived in order at both");
+    assert_eq!((fast_got.len(), slow_got.len()), (101, 100));
+}
+
+/// Scenario 2: a poison record goes to the dead-letter topic after 3 attempts.
+fn poison_to_dead_letters(broker: &Broker) {
+    println!("== 2. `pay`: ok, poison, ok2; the handler fails on poison ==");
+    let pay = broker
+        .topic::<String>("pay", TopicConfig::default())
+        .unwrap();
+    for v in ["ok", "poison", "ok2"] {
+        pay.publish(v.to_string()).unwrap();
+    }
+    let sub = pay
+        .subscription("payments")
+        .start(Start::Earliest)
+        .retry(
+            Retry::default()
+                .max_attempts(3)
+                .backoff(Backoff::Fixed(Duration::from_millis(1))),
+        )
+        .handler(|r| match r.as_str() {
+            "poison" => Err(format!("cannot process {:?}", r.value())),
+            _ => Ok(()),
+        })
+        .unwrap();
+    assert!(sub.wait_idle(Duration::from_secs(10)));
+    let stats = sub.stats();
+    let dlq = broker.get::<DeadLetter<String>>("pay.dlq").unwrap();
+    let mut letters = dlq.reader(0, Start::Earliest).unwrap();
+    let letter = letters.next().unwrap();
+    println!(
+        "  attempts on poison: {}; dead letter in `pay.dlq`: {:?} from offset {} after {} attempts ({})",
+        stats.failed_attempts, letter.value, letter.offset, letter.attempts, letter.error
+    );
+    println!("  subscription position: {}", stats.positions[0]);
+    assert_eq!(
+        (letter.offset, letter.attempts, stats.positions[0]),
+        (1, 3, 3)
+    );
+}
+
+/// Scenario 3: poll, commit, poll, roll back, poll again.
+fn pull_consumer_rollback(broker: &Broker) {
+    println!("== 3. a pull consumer on `pay` ==");
+    let pay = broker.get::<String>("pay").unwrap();
+    let mut c = pay.consumer("ledger", Start::Earliest).unwrap();
+    let offsets = |b: Batch<'_, String>| b.iter().map(|r| r.offset()).collect::<Vec<_>>();
+    let first = offsets(c.poll(2).unwrap());
+    c.commit();
+    let second = offsets(c.poll(5).unwrap());
+    println!("  poll(2) -> offsets {first:?}, commit; poll(5) -> {second:?} (not committed)");
+    c.rollback_to_committed();
+    let position = c.position(0).unwrap();
+    let replay = offsets(c.poll(5).unwrap());
+    println!("  rollback_to_committed -> position {position}; next poll replays {replay:?}");
+    assert_eq!(
+        (first, second, position, replay),
+        (vec![0, 1], vec![2], 2, vec![2])
+    );
+}
+
+/// Scenario 4: a clear error for an unknown topic.
+fn unknown_topic(broker: &Broker) {
+    println!("== 4. publishing to an unknown topic ==");
+    match broker.publish("refunds", "r1".to_string()) {
+        Err(e) => {
+            let message = e.to_string();
+            println!(
+                "  error: {message} (the value {:?} is handed back)",
+                e.into_inner()
+            );
+        }
+        Ok(_) => panic!("published to a topic that does not exist"),
+    }
+}
+
+/// Scenario 5: acks; billing skips its first ack and gets M0 again.
+fn acks_and_redelivery() {
+    println!("== 5. `orders` in ack mode: `audit` acks at once, `billing` skips its first ack ==");
+    let broker = Broker::new();
+    let orders = broker
+        .topic::<String>("orders", TopicConfig::default())
+        .unwrap();
+    let audit = orders
+        .subscription("audit")
+        .start(Start::Earliest)
+        .ack_handler(|d| {
+            d.ack();
+            Ok::<_, String>(())
+        })
+        .unwrap();
+    let billing_saw = Arc::new(Mutex::new(Vec::new()));
+    let saw = billing_saw.clone();
+    let mut skipped = false;
+    let billing = orders
+        .subscription("billing")
+        .start(Start::Earliest)
+        .ack_handler(move |d| {
+            saw.lock().unwrap().push(d.to_string());
+            if std::mem::replace(&mut skipped, true) {
+                d.ack();
+            }
+            Ok::<_, String>(())
+        })
+        .unwrap();
+    orders.publish("M0".to_string()).unwrap();
+    while billing.stats().in_flight == 0 {
+        thread::sleep(Duration::from_millis(1));
+    }
+    billing.redeliver_unacked();
+    orders.publish("M1".to_string()).unwrap();
+    assert!(audit.wait_idle(Duration::from_secs(10)));
+    assert!(billing.wait_idle(Duration::from_secs(10)));
+    let (a, b) = (audit.stats(), billing.stats());
+    let saw = billing_saw.lock().unwrap();
+    println!(
+        "  next offsets: audit {}, billing {}",
+        a.positions[0], b.positions[0]
+    );
+    println!("  billing saw {saw:?} ({} redelivery)", b.redelivered);
+    assert_eq!((a.positions[0], b.positions[0]), (2, 2));
+    assert_eq!(*saw, ["M0", "M0", "M1"]);
+}
+
+/// Four threads publish, three readers each receive everything, in log order.
+fn fan_out(broker: &Broker) {
+    println!("== 6. readers: 4 publishers, 3 readers, each reader gets every record ==");
+    let orders = broker
+        .topic::<Order>("order-log", TopicConfig::default())
         .unwrap();
     orders
         .publish(Order {
@@ -87,18 +298,7 @@ fn fan_out(broker: &Broker) {
     orders.close();
     for r in readers {
         let (name, got) = r.join().unwrap();
-        for publisher in 0..4 {
-            let seqs: Vec<u32> = got
-                .iter()
-                .filter(|o| o.publisher == publisher)
-                .map(|o| o.seq)
-                .collect();
-            assert_eq!(
-                seqs,
-                (0..25).collect::<Vec<_>>(),
-                "{name}: publisher {publisher}'s order"
-            );
-        }
+        check_publisher_order(name, &got);
         println!(
             "  {name:>5} reader received {} records; each publisher's 25 in order",
             got.len()
@@ -108,7 +308,7 @@ fn fan_out(broker: &Broker) {
 
 /// Readers can start anywhere in the retained log and seek back.
 fn replay(broker: &Broker) {
-    println!("== 2. replay: start at an offset or a time, seek back ==");
+    println!("== 7. replay: start at an offset or a time, seek back ==");
     let events = broker
         .topic::<String>("events", TopicConfig::default())
         .unwrap();
@@ -145,7 +345,7 @@ fn replay(broker: &Broker) {
 
 /// Records with the same key land in the same partition, in order.
 fn keyed(broker: &Broker) {
-    println!("== 3. partitions by key ==");
+    println!("== 8. partitions by key ==");
     let trades = broker
         .topic::<u32>("trades", TopicConfig::default().partitions(4))
         .unwrap();
@@ -170,7 +370,7 @@ fn keyed(broker: &Broker) {
 
 /// Retention trims whole segments; a reader that fell behind is told how much it lost.
 fn retention_and_lag(broker: &Broker) {
-    println!("== 4. retention and lag ==");
+    println!("== 9. retention and lag ==");
     let config = TopicConfig::default().segment_size(16).max_records(32);
     let ticks = broker.topic::<u64>("ticks", config).unwrap();
     let mut reader = ticks.reader(0, Start::Earliest).unwrap();
@@ -191,7 +391,7 @@ fn retention_and_lag(broker: &Broker) {
 
 /// A bounded topic: Block waits for the slow reader, Reject hands the value back.
 fn back_pressure(broker: &Broker) {
-    println!("== 5. back-pressure ==");
+    println!("== 10. back-pressure ==");
     let config = TopicConfig::default()
         .max_records(8)
         .overflow(Overflow::Reject);
@@ -241,7 +441,7 @@ fn back_pressure(broker: &Broker) {
 
 /// Idle readers sleep in the kernel; a publish wakes exactly them.
 fn parked_readers(broker: &Broker) {
-    println!("== 6. parked readers ==");
+    println!("== 11. parked readers ==");
     let config = TopicConfig::default().wait(WaitStrategy::default().yield_for(Duration::ZERO));
     let alerts = broker.topic::<&'static str>("alerts", config).unwrap();
     let readers: Vec<_> = (0..3)

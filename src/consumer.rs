@@ -89,7 +89,15 @@ impl<T: Send + Sync + 'static> Consumer<T> {
             started.push(pos);
             readers.push(Reader::at(Arc::clone(log), p, pos, Arc::clone(&waker)));
         }
-        Ok(Consumer { topic, name: name.to_owned(), readers, waker, next: 0, started, reset: Reset::Earliest })
+        Ok(Consumer {
+            topic,
+            name: name.to_owned(),
+            readers,
+            waker,
+            next: 0,
+            started,
+            reset: Reset::Earliest,
+        })
     }
 
     /// Sets where the consumer goes after lagging (default [`Reset::Earliest`]).
@@ -109,10 +117,12 @@ impl<T: Send + Sync + 'static> Consumer<T> {
     }
 
     fn reader(&self, partition: u32) -> Result<&Reader<T>, Error> {
-        self.readers.get(partition as usize).ok_or(Error::NoSuchPartition {
-            partition,
-            partitions: self.readers.len() as u32,
-        })
+        self.readers
+            .get(partition as usize)
+            .ok_or(Error::NoSuchPartition {
+                partition,
+                partitions: self.readers.len() as u32,
+            })
     }
 
     /// Up to `max` records of one partition that are ready now, in order (`max == 0` counts as 1).
@@ -129,12 +139,23 @@ impl<T: Send + Sync + 'static> Consumer<T> {
     }
 
     /// Like [`Consumer::poll`], but waits up to `timeout` for a record ([`ReadError::Timeout`]).
-    pub fn poll_timeout(&mut self, max: usize, timeout: Duration) -> Result<Batch<'_, T>, ReadError> {
+    pub fn poll_timeout(
+        &mut self,
+        max: usize,
+        timeout: Duration,
+    ) -> Result<Batch<'_, T>, ReadError> {
         let max = max.max(1) as u64;
         let deadline = Instant::now().checked_add(timeout);
         let wait = self.topic.partition_log(0).wait;
         loop {
-            match wait_any(&mut self.readers, self.next, &self.waker, wait, deadline, max) {
+            match wait_any(
+                &mut self.readers,
+                self.next,
+                &self.waker,
+                wait,
+                deadline,
+                max,
+            ) {
                 Ok(Waited::Ready(i)) => return Ok(self.take(i, max)),
                 Ok(Waited::TimedOut) => return Err(ReadError::Timeout),
                 // Nobody interrupts a consumer's waker; go round again if it ever happens.
@@ -198,7 +219,8 @@ impl<T: Send + Sync + 'static> Consumer<T> {
     /// Commits every partition's position: a consumer with this name resumes there.
     pub fn commit(&mut self) {
         for r in &self.readers {
-            self.topic.commit_offset(&self.name, r.partition(), r.position());
+            self.topic
+                .commit_offset(&self.name, r.partition(), r.position());
         }
     }
 
@@ -207,7 +229,11 @@ impl<T: Send + Sync + 'static> Consumer<T> {
     pub fn commit_offset(&mut self, partition: u32, offset: u64) -> Result<(), Error> {
         let position = self.position(partition)?;
         if offset > position {
-            return Err(Error::CommitBeyondPosition { partition, offset, position });
+            return Err(Error::CommitBeyondPosition {
+                partition,
+                offset,
+                position,
+            });
         }
         self.topic.commit_offset(&self.name, partition, offset);
         Ok(())
@@ -216,7 +242,10 @@ impl<T: Send + Sync + 'static> Consumer<T> {
     /// The committed offset of `partition`, if any.
     pub fn committed(&self, partition: u32) -> Result<Option<u64>, Error> {
         self.reader(partition)?;
-        Ok(self.topic.committed_offsets(&self.name).and_then(|c| c[partition as usize]))
+        Ok(self
+            .topic
+            .committed_offsets(&self.name)
+            .and_then(|c| c[partition as usize]))
     }
 
     /// Moves `partition` to `offset`. Outside the retained range: [`Error::OffsetOutOfRange`]
@@ -248,7 +277,10 @@ impl<T: Send + Sync + 'static> Consumer<T> {
     pub fn rollback_to_committed(&mut self) {
         let committed = self.topic.committed_offsets(&self.name);
         for (p, r) in self.readers.iter_mut().enumerate() {
-            let to = committed.as_ref().and_then(|c| c[p]).unwrap_or(self.started[p]);
+            let to = committed
+                .as_ref()
+                .and_then(|c| c[p])
+                .unwrap_or(self.started[p]);
             r.reposition(to.min(r.log().end()));
         }
     }

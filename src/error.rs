@@ -89,7 +89,11 @@ impl fmt::Display for Error {
                 )
             }
             Error::ProducerInUse => f.write_str("the single-producer topic already has a producer"),
-            Error::CommitBeyondPosition { partition, offset, position } => write!(
+            Error::CommitBeyondPosition {
+                partition,
+                offset,
+                position,
+            } => write!(
                 f,
                 "cannot commit offset {offset} in partition {partition}: the position is {position}"
             ),

@@ -99,9 +99,9 @@ pub use config::{
 pub use consumer::{Consumer, Reset};
 pub use error::{Error, PublishError, ReadError};
 pub use reader::{Batch, Reader, Record, Start};
+pub use stats::{PartitionStats, ReaderStats, TopicStats};
 pub use subscription::{
     AckHandle, Backoff, DeadLetter, Delivery, Retry, Subscription, SubscriptionBuilder,
     SubscriptionStats,
 };
-pub use stats::{PartitionStats, ReaderStats, TopicStats};
 pub use topic::{Producer, PublishToError, Published, PublishedBatch, Topic};

@@ -339,6 +339,17 @@ pub struct Record<'a, T> {
 }
 
 impl<'a, T> Record<'a, T> {
+    /// Another handle to the same borrowed record. (Not `Clone`: `record.clone()` clones the
+    /// value, through `Deref`, as users expect.)
+    pub(crate) fn duplicate(&self) -> Record<'a, T> {
+        Record {
+            seg: self.seg,
+            index: self.index,
+            offset: self.offset,
+            partition: self.partition,
+        }
+    }
+
     /// The value.
     #[inline]
     pub fn value(&self) -> &'a T {
@@ -373,14 +384,6 @@ impl<'a, T> Record<'a, T> {
         unsafe { self.seg.meta(self.index) }.key()
     }
 }
-
-impl<T> Clone for Record<'_, T> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<T> Copy for Record<'_, T> {}
 
 impl<T> std::ops::Deref for Record<'_, T> {
     type Target = T;

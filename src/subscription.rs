@@ -81,8 +81,14 @@ impl Backoff {
         match *self {
             Backoff::None => Duration::ZERO,
             Backoff::Fixed(d) => d,
-            Backoff::Exponential { initial, max, jitter } => {
-                let factor = 1u32.checked_shl(retry.saturating_sub(1).min(31)).unwrap_or(u32::MAX);
+            Backoff::Exponential {
+                initial,
+                max,
+                jitter,
+            } => {
+                let factor = 1u32
+                    .checked_shl(retry.saturating_sub(1).min(31))
+                    .unwrap_or(u32::MAX);
                 let d = initial.saturating_mul(factor).min(max);
                 if !jitter || d.is_zero() {
                     return d;
@@ -425,7 +431,9 @@ impl<T: Clone + Send + Sync + 'static> SubscriptionBuilder<T> {
     ) -> Result<Subscription<T>, Error> {
         check_name(&self.name)?;
         if self.retry.max_attempts == 0 {
-            return Err(Error::InvalidConfig("a subscription needs at least one attempt"));
+            return Err(Error::InvalidConfig(
+                "a subscription needs at least one attempt",
+            ));
         }
         if self.max_deliver == 0 {
             return Err(Error::InvalidConfig("max_deliver must be at least 1"));
@@ -455,7 +463,11 @@ impl<T: Clone + Send + Sync + 'static> SubscriptionBuilder<T> {
             }),
             changed: Condvar::new(),
             attention: AtomicBool::new(false),
-            positions: consumer.positions().into_iter().map(AtomicU64::new).collect(),
+            positions: consumer
+                .positions()
+                .into_iter()
+                .map(AtomicU64::new)
+                .collect(),
             in_flight: AtomicU64::new(0),
             idle_waiters: AtomicUsize::new(0),
             finished: AtomicBool::new(false),
@@ -589,7 +601,8 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
 
     fn commit(&self) {
         for (p, pos) in self.shared.positions.iter().enumerate() {
-            self.topic.commit_offset(&self.shared.name, p as u32, pos.load(Ordering::SeqCst));
+            self.topic
+                .commit_offset(&self.shared.name, p as u32, pos.load(Ordering::SeqCst));
         }
     }
 
@@ -691,7 +704,7 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
                 offset: record.offset(),
             };
             let delivery = Delivery {
-                record: *record,
+                record: record.duplicate(),
                 handle: handle.clone(),
                 attempt: deliveries,
             };
@@ -714,7 +727,9 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
                     return Step::Done;
                 }
                 Awaited::Settled(Outcome::Term) => {
-                    let why = error.take().unwrap_or_else(|| "terminated by the handler".into());
+                    let why = error
+                        .take()
+                        .unwrap_or_else(|| "terminated by the handler".into());
                     return self.dead_letter(record, deliveries, why);
                 }
                 Awaited::Settled(Outcome::Nak(delay)) => {
@@ -883,8 +898,9 @@ impl<T: Send + Sync + 'static> Subscription<T> {
     /// Waits until everything published before this call has been processed (and nothing is in
     /// flight), or the subscription finished; false if `timeout` passed first.
     pub fn wait_idle(&self, timeout: Duration) -> bool {
-        let ends: Vec<u64> =
-            (0..self.topic.partitions()).map(|p| self.topic.partition_log(p).end()).collect();
+        let ends: Vec<u64> = (0..self.topic.partitions())
+            .map(|p| self.topic.partition_log(p).end())
+            .collect();
         let deadline = Instant::now().checked_add(timeout);
         // SeqCst: see the module's Orderings.
         self.shared.idle_waiters.fetch_add(1, Ordering::SeqCst);
@@ -918,12 +934,21 @@ impl<T: Send + Sync + 'static> Subscription<T> {
 
     /// A snapshot of the subscription's progress.
     pub fn stats(&self) -> SubscriptionStats {
-        let positions: Vec<u64> =
-            self.shared.positions.iter().map(|p| p.load(Ordering::SeqCst)).collect();
+        let positions: Vec<u64> = self
+            .shared
+            .positions
+            .iter()
+            .map(|p| p.load(Ordering::SeqCst))
+            .collect();
         let lag = positions
             .iter()
             .enumerate()
-            .map(|(p, pos)| self.topic.partition_log(p as u32).end().saturating_sub(*pos))
+            .map(|(p, pos)| {
+                self.topic
+                    .partition_log(p as u32)
+                    .end()
+                    .saturating_sub(*pos)
+            })
             .sum();
         // Relaxed: statistics.
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);

@@ -9,12 +9,12 @@ use std::{collections::HashMap, fmt, hash::Hash, ops::Range, sync::OnceLock};
 use crate::{
     broker::{Broker, BrokerRef},
     config::{SizeFn, TopicConfig},
+    consumer::Consumer,
     error::{Error, PublishError},
     key,
     log::{Log, Writer},
     reader::{Reader, Start},
     stats::{PartitionStats, ReaderStats, TopicStats},
-    consumer::Consumer,
     subscription::{Subscription, SubscriptionBuilder},
     sync::{lock, Arc, AtomicUsize, Mutex, Ordering},
 };
@@ -249,7 +249,12 @@ impl<T: Send + Sync + 'static> Topic<T> {
 
     /// Starts a push subscription from `start` (or from what is committed under `name`) with
     /// default settings; see [`Topic::subscription`] for the rest.
-    pub fn subscribe<E, H>(&self, name: &str, start: Start, handler: H) -> Result<Subscription<T>, Error>
+    pub fn subscribe<E, H>(
+        &self,
+        name: &str,
+        start: Start,
+        handler: H,
+    ) -> Result<Subscription<T>, Error>
     where
         T: Clone,
         E: fmt::Display,
@@ -294,7 +299,9 @@ impl<T: Send + Sync + 'static> Topic<T> {
     pub(crate) fn commit_offset(&self, name: &str, partition: u32, offset: u64) {
         let n = self.inner.partitions.len();
         let mut offsets = lock(&self.inner.offsets);
-        let slots = offsets.entry(name.to_owned()).or_insert_with(|| vec![None; n]);
+        let slots = offsets
+            .entry(name.to_owned())
+            .or_insert_with(|| vec![None; n]);
         slots[partition as usize] = Some(offset);
     }
 
