@@ -57,6 +57,13 @@ pub enum Error {
     },
     /// The topic is closed.
     Closed,
+    /// A group already has a member of this name.
+    MemberExists(String),
+    /// The group member does not own this partition now.
+    NotAssigned {
+        /// The partition.
+        partition: u32,
+    },
 }
 
 impl fmt::Display for Error {
@@ -98,6 +105,10 @@ impl fmt::Display for Error {
                 "cannot commit offset {offset} in partition {partition}: the position is {position}"
             ),
             Error::Closed => f.write_str("the topic is closed"),
+            Error::MemberExists(m) => write!(f, "the group already has a member named `{m}`"),
+            Error::NotAssigned { partition } => {
+                write!(f, "partition {partition} is not assigned to this member")
+            }
         }
     }
 }

@@ -82,6 +82,7 @@ mod clock;
 mod config;
 mod consumer;
 mod error;
+mod group;
 mod key;
 mod log;
 mod reader;
@@ -98,6 +99,10 @@ pub use config::{
 };
 pub use consumer::{Consumer, Reset};
 pub use error::{Error, PublishError, ReadError};
+pub use group::{
+    Assignor, Group, GroupError, GroupMember, GroupStats, RangeAssignor, Rebalance,
+    RoundRobinAssignor,
+};
 pub use reader::{Batch, Reader, Record, Start};
 pub use stats::{PartitionStats, ReaderStats, TopicStats};
 pub use subscription::{

@@ -32,7 +32,9 @@ use crate::{
     config::TopicConfig,
     consumer::Consumer,
     error::{Error, ReadError},
-    reader::{Record, Start},
+    group::{GroupError, GroupMember},
+    log::Waker,
+    reader::{Batch, Record, Start},
     sync::{lock, wait_timeout, Arc, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering},
     topic::Topic,
 };
@@ -187,6 +189,8 @@ struct Shared {
     changed: Condvar,
     attention: AtomicBool,
     positions: Vec<AtomicU64>,
+    /// By partition: whether this subscription reads it now (always, unless it is a group member).
+    assigned: Vec<AtomicBool>,
     in_flight: AtomicU64,
     idle_waiters: AtomicUsize,
     finished: AtomicBool,
@@ -335,6 +339,7 @@ pub struct SubscriptionBuilder<T: Send + Sync + 'static> {
     filter: Option<Filter<T>>,
     ack_wait: Duration,
     max_deliver: u32,
+    group: Option<String>,
 }
 
 impl<T: Send + Sync + 'static> fmt::Debug for SubscriptionBuilder<T> {
@@ -361,7 +366,17 @@ impl<T: Clone + Send + Sync + 'static> SubscriptionBuilder<T> {
             filter: None,
             ack_wait: Duration::from_secs(30),
             max_deliver: 5,
+            group: None,
         }
+    }
+
+    /// Joins consumer group `group` as a member named after the subscription: the group's members
+    /// share the topic's partitions, each on its own thread (see [`Topic::group`]). Positions are
+    /// then committed for the group, and where nothing is committed a partition starts at the
+    /// group's start position.
+    pub fn group(mut self, group: &str) -> Self {
+        self.group = Some(group.to_owned());
+        self
     }
 
     /// Where to start when nothing is committed under this name (default [`Start::Latest`]).
@@ -451,7 +466,11 @@ impl<T: Clone + Send + Sync + 'static> SubscriptionBuilder<T> {
                 }
             }
         };
-        let consumer = Consumer::new(self.topic.clone(), &self.name, self.start)?;
+        let source = match &self.group {
+            None => Source::Solo(Consumer::new(self.topic.clone(), &self.name, self.start)?),
+            Some(g) => Source::Member(self.topic.group(g)?.join(&self.name)?),
+        };
+        let partitions = self.topic.partitions();
         let shared = Arc::new(Shared {
             name: self.name.clone(),
             control: Mutex::new(Control {
@@ -463,10 +482,11 @@ impl<T: Clone + Send + Sync + 'static> SubscriptionBuilder<T> {
             }),
             changed: Condvar::new(),
             attention: AtomicBool::new(false),
-            positions: consumer
-                .positions()
-                .into_iter()
-                .map(AtomicU64::new)
+            positions: (0..partitions)
+                .map(|p| AtomicU64::new(source.position(p).unwrap_or(0)))
+                .collect(),
+            assigned: (0..partitions)
+                .map(|p| AtomicBool::new(source.position(p).is_some()))
                 .collect(),
             in_flight: AtomicU64::new(0),
             idle_waiters: AtomicUsize::new(0),
@@ -477,7 +497,7 @@ impl<T: Clone + Send + Sync + 'static> SubscriptionBuilder<T> {
             dead_lettered: AtomicU64::new(0),
             lagged: AtomicU64::new(0),
         });
-        let waker = consumer.waker();
+        let waker = source.waker();
         let mut ctx = Context {
             shared: Arc::clone(&shared),
             topic: self.topic.clone(),
@@ -491,7 +511,7 @@ impl<T: Clone + Send + Sync + 'static> SubscriptionBuilder<T> {
         let thread = thread::Builder::new()
             .name(format!("logbus-sub-{}", self.name))
             .spawn(move || {
-                ctx.run(consumer, &mut process);
+                ctx.run(source, &mut process);
             })
             .map_err(|_| Error::InvalidConfig("could not start the subscription's thread"))?;
         Ok(Subscription {
@@ -501,6 +521,80 @@ impl<T: Clone + Send + Sync + 'static> SubscriptionBuilder<T> {
             topic: self.topic,
             dead_letter,
         })
+    }
+}
+
+/// Where a subscription's records come from.
+enum Source<T: Send + Sync + 'static> {
+    /// Its own consumer of every partition.
+    Solo(Consumer<T>),
+    /// A membership in a consumer group.
+    Member(GroupMember<T>),
+}
+
+/// What a fetch from a source brought.
+enum Fetched<'a, T> {
+    Batch(Batch<'a, T>),
+    /// Interrupted (pause, close, or a group change): look at the control state again.
+    Nothing,
+    Lagged(u64),
+    Closed,
+    /// Group member: these partitions go away at the next fetch.
+    Revoked(Vec<u32>),
+    /// Group member: these partitions were just taken over.
+    Assigned(Vec<u32>),
+}
+
+impl<T: Send + Sync + 'static> Source<T> {
+    fn next(&mut self) -> Fetched<'_, T> {
+        match self {
+            Source::Solo(c) => match c.next_batch_or_interrupt(BATCH) {
+                Ok(Some(b)) => Fetched::Batch(b),
+                Ok(None) => Fetched::Nothing,
+                Err(ReadError::Lagged(n)) => Fetched::Lagged(n),
+                Err(_) => Fetched::Closed,
+            },
+            Source::Member(m) => match m.next_or_interrupt(BATCH) {
+                Ok(Some(b)) => Fetched::Batch(b),
+                Ok(None) => Fetched::Nothing,
+                Err(GroupError::Rebalanced(r)) if !r.revoked.is_empty() => {
+                    Fetched::Revoked(r.revoked)
+                }
+                Err(GroupError::Rebalanced(r)) => Fetched::Assigned(r.assigned),
+                Err(GroupError::Read(ReadError::Lagged(n))) => Fetched::Lagged(n),
+                Err(GroupError::Read(_)) => Fetched::Closed,
+            },
+        }
+    }
+
+    fn waker(&self) -> Arc<Waker> {
+        match self {
+            Source::Solo(c) => c.waker(),
+            Source::Member(m) => m.waker(),
+        }
+    }
+
+    /// The position of `partition`, if this source reads it.
+    fn position(&self, partition: u32) -> Option<u64> {
+        match self {
+            Source::Solo(c) => c.position(partition).ok(),
+            Source::Member(m) => m.position(partition).ok(),
+        }
+    }
+
+    fn rewind(&mut self, partition: u32, offset: u64) {
+        match self {
+            Source::Solo(c) => c.rewind(partition, offset),
+            Source::Member(m) => m.rewind(partition, offset),
+        }
+    }
+
+    /// The name offsets are committed under.
+    fn commit_key(&self, subscription: &str) -> String {
+        match self {
+            Source::Solo(_) => subscription.to_owned(),
+            Source::Member(m) => m.offsets_key(),
+        }
     }
 }
 
@@ -532,11 +626,12 @@ const COMMIT_EVERY: u64 = 256;
 impl<T: Clone + Send + Sync + 'static> Context<T> {
     fn run(
         &mut self,
-        mut consumer: Consumer<T>,
+        mut source: Source<T>,
         process: &mut impl FnMut(&mut Context<T>, &Record<'_, T>) -> Step,
     ) {
         let mut since_commit = 0u64;
-        'outer: loop {
+        let key = source.commit_key(&self.shared.name);
+        loop {
             {
                 let mut c = lock(&self.shared.control);
                 while c.paused && !c.closing {
@@ -549,9 +644,9 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
                 self.shared.attention.store(false, Ordering::Relaxed);
             }
             let mut rewind = None;
-            match consumer.next_batch_or_interrupt(BATCH) {
-                Ok(None) => continue,
-                Ok(Some(batch)) => {
+            match source.next() {
+                Fetched::Nothing => continue,
+                Fetched::Batch(batch) => {
                     let p = batch.partition();
                     for record in batch.iter() {
                         // Acquire: see the module's Orderings.
@@ -568,7 +663,7 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
                                 since_commit += 1;
                                 if since_commit >= COMMIT_EVERY {
                                     since_commit = 0;
-                                    self.commit();
+                                    self.commit(&key);
                                 }
                             }
                             Step::Stop => {
@@ -578,31 +673,57 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
                         }
                     }
                 }
-                Err(ReadError::Lagged(n)) => {
+                Fetched::Lagged(n) => {
                     // Relaxed: a statistic.
                     self.shared.lagged.fetch_add(n, Ordering::Relaxed);
-                    for (p, pos) in consumer.positions().into_iter().enumerate() {
-                        self.shared.positions[p].store(pos, Ordering::SeqCst);
+                    self.refresh_positions(&source);
+                }
+                Fetched::Revoked(partitions) => {
+                    // The partitions are still ours until the next fetch: commit what was done.
+                    self.commit(&key);
+                    for p in partitions {
+                        self.shared.assigned[p as usize].store(false, Ordering::SeqCst);
                     }
                     self.shared.notify_idle_waiters();
                 }
-                Err(_) => break 'outer, // Closed: everything published was processed.
+                Fetched::Assigned(partitions) => {
+                    for p in partitions {
+                        self.shared.assigned[p as usize].store(true, Ordering::SeqCst);
+                    }
+                    self.refresh_positions(&source);
+                }
+                Fetched::Closed => break, // Everything published was processed.
             }
             if let Some((p, offset)) = rewind {
-                consumer.rewind(p, offset);
+                source.rewind(p, offset);
             }
         }
-        self.commit();
+        self.commit(&key);
         // SeqCst: see the module's Orderings.
         self.shared.finished.store(true, Ordering::SeqCst);
+        drop(source); // A group member leaves here, before anyone is told the thread is done.
         let _c = lock(&self.shared.control);
         self.shared.changed.notify_all();
     }
 
-    fn commit(&self) {
+    /// Takes the positions of the assigned partitions from the source (after lag or assignment).
+    fn refresh_positions(&self, source: &Source<T>) {
         for (p, pos) in self.shared.positions.iter().enumerate() {
-            self.topic
-                .commit_offset(&self.shared.name, p as u32, pos.load(Ordering::SeqCst));
+            if let Some(at) = source.position(p as u32) {
+                // SeqCst: see the module's Orderings.
+                pos.store(at, Ordering::SeqCst);
+            }
+        }
+        self.shared.notify_idle_waiters();
+    }
+
+    /// Commits the processed position of every assigned partition under `key`.
+    fn commit(&self, key: &str) {
+        for (p, pos) in self.shared.positions.iter().enumerate() {
+            if self.shared.assigned[p].load(Ordering::SeqCst) {
+                self.topic
+                    .commit_offset(key, p as u32, pos.load(Ordering::SeqCst));
+            }
         }
     }
 
@@ -828,7 +949,7 @@ fn panic_message(panic: Box<dyn std::any::Any + Send>) -> String {
 /// ```
 pub struct Subscription<T: Send + Sync + 'static> {
     shared: Arc<Shared>,
-    waker: Arc<crate::log::Waker>,
+    waker: Arc<Waker>,
     thread: Option<JoinHandle<()>>,
     topic: Topic<T>,
     dead_letter: Topic<DeadLetter<T>>,
@@ -911,7 +1032,10 @@ impl<T: Send + Sync + 'static> Subscription<T> {
                     && ends
                         .iter()
                         .zip(&self.shared.positions)
-                        .all(|(end, pos)| pos.load(Ordering::SeqCst) >= *end));
+                        .zip(&self.shared.assigned)
+                        .all(|((end, pos), mine)| {
+                            !mine.load(Ordering::SeqCst) || pos.load(Ordering::SeqCst) >= *end
+                        }));
             if done {
                 break true;
             }

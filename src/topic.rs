@@ -7,10 +7,11 @@
 use std::{collections::HashMap, fmt, hash::Hash, ops::Range, sync::OnceLock};
 
 use crate::{
-    broker::{Broker, BrokerRef},
+    broker::{check_name, Broker, BrokerRef},
     config::{SizeFn, TopicConfig},
     consumer::Consumer,
     error::{Error, PublishError},
+    group::{Group, GroupShared},
     key,
     log::{Log, Writer},
     reader::{Reader, Start},
@@ -47,6 +48,8 @@ pub(crate) struct TopicInner<T: Send + Sync + 'static> {
     offsets: Mutex<HashMap<String, Vec<Option<u64>>>>,
     /// The broker that registered the topic, if any.
     broker: OnceLock<BrokerRef>,
+    /// Consumer groups by name.
+    groups: Mutex<HashMap<String, Arc<GroupShared>>>,
 }
 
 /// A named, typed stream of records, split into partitions. Cloning is cheap (one `Arc`).
@@ -103,6 +106,7 @@ impl<T: Send + Sync + 'static> Topic<T> {
                 round_robin: AtomicUsize::new(0),
                 offsets: Mutex::new(HashMap::new()),
                 broker: OnceLock::new(),
+                groups: Mutex::new(HashMap::new()),
             }),
         })
     }
@@ -270,6 +274,27 @@ impl<T: Send + Sync + 'static> Topic<T> {
         T: Clone,
     {
         SubscriptionBuilder::new(self.clone(), name)
+    }
+
+    /// The consumer group `name` of this topic (created on first use). Its members share the
+    /// partitions; every group sees every record. Errors: [`Error::InvalidName`].
+    ///
+    /// ```
+    /// use logbus::{Broker, TopicConfig};
+    /// let topic = Broker::new().topic::<u32>("jobs", TopicConfig::default().partitions(4)).unwrap();
+    /// let group = topic.group("workers").unwrap();
+    /// let a = group.join("a").unwrap();
+    /// assert_eq!(a.assignment(), [0, 1, 2, 3]);
+    /// let b = group.join("b").unwrap(); // b waits until a hands partitions 2 and 3 over
+    /// assert!(b.assignment().is_empty());
+    /// ```
+    pub fn group(&self, name: &str) -> Result<Group<T>, Error> {
+        check_name(name)?;
+        let mut groups = lock(&self.inner.groups);
+        let shared = groups
+            .entry(name.to_owned())
+            .or_insert_with(|| Arc::new(GroupShared::new(name, self.partitions())));
+        Ok(Group::new(self.clone(), Arc::clone(shared)))
     }
 
     /// A named pull consumer of every partition. If offsets are committed under `name`, it resumes

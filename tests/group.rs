@@ -1,0 +1,400 @@
+//! Consumer groups: assignment, hand-over, leave, churn under load, push members, stats, errors.
+
+use std::{
+    collections::HashMap,
+    sync::{
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        Arc, Mutex,
+    },
+    thread,
+    time::Duration,
+};
+
+use logbus::{
+    Assignor, Error, GroupError, RangeAssignor, ReadError, Rebalance, RoundRobinAssignor, Start,
+    Topic, TopicConfig,
+};
+
+fn topic(partitions: u32) -> Topic<u64> {
+    Topic::new("t", TopicConfig::default().partitions(partitions)).unwrap()
+}
+
+#[test]
+fn assignors_are_deterministic_and_cover_every_partition() {
+    let members = ["a", "b", "c"];
+    assert_eq!(
+        RangeAssignor.assign(8, &members),
+        vec![vec![0, 1, 2], vec![3, 4, 5], vec![6, 7]]
+    );
+    assert_eq!(
+        RoundRobinAssignor.assign(8, &members),
+        vec![vec![0, 3, 6], vec![1, 4, 7], vec![2, 5]]
+    );
+    // More members than partitions: the extra ones get nothing.
+    assert_eq!(
+        RangeAssignor.assign(2, &members),
+        vec![vec![0], vec![1], vec![]]
+    );
+    assert_eq!(
+        RoundRobinAssignor.assign(2, &members),
+        vec![vec![0], vec![1], vec![]]
+    );
+    assert!(RangeAssignor.assign(4, &[]).is_empty());
+}
+
+#[test]
+fn a_member_joining_an_idle_group_gets_partitions_at_once() {
+    let t = topic(4);
+    let group = t.group("g").unwrap();
+    let mut a = group.join("a").unwrap();
+    assert_eq!(a.assignment(), [0, 1, 2, 3]);
+    // The first poll reports the assignment.
+    assert_eq!(
+        a.poll(10).unwrap_err(),
+        GroupError::Rebalanced(Rebalance {
+            revoked: vec![],
+            assigned: vec![0, 1, 2, 3]
+        })
+    );
+    assert_eq!(a.poll(10).unwrap_err(), GroupError::Read(ReadError::Empty));
+}
+
+#[test]
+fn hand_over_lets_the_old_owner_commit_and_the_new_one_resume() {
+    let t = topic(4);
+    for i in 0..40 {
+        t.publish_to(i % 4, u64::from(i)).unwrap();
+    }
+    let group = t.group("g").unwrap();
+    let mut b = group.join("b").unwrap();
+    let _ = b.poll(1); // the assignment event
+                       // b reads partition 0 and 1 a little and commits.
+    let mut read = 0;
+    while read < 8 {
+        match b.poll(3) {
+            Ok(batch) => read += batch.len(),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    b.commit();
+    // `a` sorts first, so the range assignor gives it partitions 0 and 1: b must hand them over.
+    let mut a = group.join("a").unwrap();
+    assert!(a.assignment().is_empty(), "a waits until b releases");
+    assert_eq!(
+        group.stats().owners,
+        [
+            Some("b".into()),
+            Some("b".into()),
+            Some("b".into()),
+            Some("b".into())
+        ]
+    );
+    // Step 1: b hears of it and still owns the partitions; it may commit.
+    match b.poll(1) {
+        Err(GroupError::Rebalanced(r)) => assert_eq!(r.revoked, [0, 1]),
+        other => panic!("expected a revocation, got {:?}", other.map(|b| b.len())),
+    }
+    assert_eq!(b.assignment(), [0, 1, 2, 3]);
+    b.commit();
+    let committed: Vec<_> = (0..2).map(|p| b.committed(p).unwrap()).collect();
+    // Step 2: b's next poll releases them.
+    let _ = b.poll(1);
+    assert_eq!(b.assignment(), [2, 3]);
+    // Step 3: a takes them, at the group's committed offsets.
+    match a.poll(1) {
+        Err(GroupError::Rebalanced(r)) => assert_eq!(r.assigned, [0, 1]),
+        other => panic!("expected an assignment, got {:?}", other.map(|b| b.len())),
+    }
+    assert_eq!(a.assignment(), [0, 1]);
+    for p in 0..2 {
+        assert_eq!(Some(a.position(p).unwrap()), committed[p as usize]);
+    }
+    assert_eq!(
+        a.position(2).unwrap_err(),
+        Error::NotAssigned { partition: 2 }
+    );
+    let stats = group.stats();
+    assert_eq!(stats.members, ["a", "b"]);
+    assert_eq!(
+        stats.owners,
+        [
+            Some("a".into()),
+            Some("a".into()),
+            Some("b".into()),
+            Some("b".into())
+        ]
+    );
+}
+
+#[test]
+fn a_leaving_member_releases_its_partitions_and_nothing_is_lost() {
+    let t = topic(2);
+    let group = t.group("g").unwrap();
+    let mut a = group.join("a").unwrap();
+    let mut b = group.join("b").unwrap();
+    // Settle: a gives partition 1 to b.
+    for _ in 0..3 {
+        let _ = a.poll(1);
+        let _ = b.poll(1);
+    }
+    assert_eq!((a.assignment(), b.assignment()), (vec![0], vec![1]));
+    for i in 0..10 {
+        t.publish_to(i % 2, u64::from(i)).unwrap();
+    }
+    // b reads partition 1 but commits only the first record, then leaves.
+    let first = b.poll(1).unwrap().first_offset();
+    b.commit();
+    let _ = b.poll(10).unwrap();
+    b.leave();
+    // a takes partition 1 over at the committed offset: the uncommitted records come again.
+    let mut seen_p1 = Vec::new();
+    loop {
+        match a.poll_timeout(10, Duration::from_secs(5)) {
+            Ok(batch) => {
+                if batch.partition() == 1 {
+                    seen_p1.extend(batch.iter().map(|r| r.offset()));
+                }
+            }
+            Err(GroupError::Rebalanced(_)) => {}
+            Err(GroupError::Read(ReadError::Timeout)) => break,
+            Err(e) => panic!("{e}"),
+        }
+        if a.assignment() == [0, 1] && seen_p1.len() == 4 {
+            break;
+        }
+    }
+    assert_eq!(seen_p1, (first + 1..5).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_member_without_partitions_sleeps_until_the_group_changes() {
+    let t = topic(1);
+    let group = t.group("g").unwrap();
+    let a = group.join("b").unwrap();
+    let mut idle = group.join("c").unwrap();
+    assert!(idle.assignment().is_empty());
+    assert_eq!(
+        idle.poll_timeout(1, Duration::from_millis(10)).unwrap_err(),
+        GroupError::Read(ReadError::Timeout)
+    );
+    let h = thread::spawn(move || loop {
+        match idle.poll_timeout(1, Duration::from_secs(30)) {
+            Err(GroupError::Rebalanced(r)) if r.assigned == [0] => return true,
+            Err(GroupError::Read(ReadError::Timeout)) => return false,
+            _ => {}
+        }
+    });
+    thread::sleep(Duration::from_millis(20));
+    drop(a); // releases partition 0 and wakes the sleeping member
+    assert!(h.join().unwrap());
+}
+
+/// Two groups on one 8-partition topic; members join and leave at random during 200,000 publishes.
+/// Members commit after every batch and when revoked, so each group sees every record exactly
+/// once, and each partition's records in order inside each member.
+#[test]
+fn two_groups_see_every_record_exactly_once_under_churn() {
+    const RECORDS: u64 = 200_000;
+    let t = Topic::<u64>::new("churn", TopicConfig::default().partitions(8)).unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+    let mut groups = Vec::new();
+    for g in 0..2 {
+        let group = t.group(&format!("group-{g}")).unwrap();
+        if g == 1 {
+            group.set_assignor(RoundRobinAssignor);
+        }
+        let seen = Arc::new(Mutex::new(HashMap::<(u32, u64), u32>::new()));
+        let count = Arc::new(AtomicU64::new(0));
+        let (group2, seen2, count2, done2) =
+            (group.clone(), seen.clone(), count.clone(), done.clone());
+        let controller = thread::spawn(move || {
+            let mut rng = 0x1234_5678_9abc_def1_u64 + g;
+            let mut next_name = 0;
+            let mut members: Vec<(Arc<AtomicBool>, thread::JoinHandle<()>)> = Vec::new();
+            let start_member = |name: String| {
+                let stop = Arc::new(AtomicBool::new(false));
+                let mut m = group2.join(&name).unwrap();
+                let (seen, count, stop2) = (seen2.clone(), count2.clone(), stop.clone());
+                let h = thread::spawn(move || {
+                    let mut last: HashMap<u32, u64> = HashMap::new();
+                    while !stop2.load(Ordering::SeqCst) {
+                        match m.poll_timeout(256, Duration::from_millis(5)) {
+                            Ok(batch) => {
+                                let p = batch.partition();
+                                let mut seen = seen.lock().unwrap();
+                                for r in batch.iter() {
+                                    if let Some(l) = last.get(&p) {
+                                        assert!(r.offset() > *l, "partition order inside a member");
+                                    }
+                                    last.insert(p, r.offset());
+                                    *seen.entry((p, r.offset())).or_default() += 1;
+                                    count.fetch_add(1, Ordering::SeqCst);
+                                }
+                                drop(seen);
+                                m.commit();
+                            }
+                            Err(GroupError::Rebalanced(r)) => {
+                                if !r.revoked.is_empty() {
+                                    m.commit();
+                                }
+                                for p in r.assigned {
+                                    last.remove(&p);
+                                }
+                            }
+                            Err(GroupError::Read(ReadError::Timeout | ReadError::Empty)) => {}
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                    m.commit();
+                });
+                (stop, h)
+            };
+            while !done2.load(Ordering::SeqCst) {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                if members.is_empty() || (members.len() < 4 && rng % 3 != 0) {
+                    members.push(start_member(format!("m{next_name}")));
+                    next_name += 1;
+                } else if members.len() > 1 {
+                    let (stop, h) = members.remove((rng % members.len() as u64) as usize);
+                    stop.store(true, Ordering::SeqCst);
+                    h.join().unwrap();
+                }
+                thread::sleep(Duration::from_micros(500 + rng % 3000));
+            }
+            for (stop, h) in members {
+                stop.store(true, Ordering::SeqCst);
+                h.join().unwrap();
+            }
+            next_name
+        });
+        groups.push((group, seen, count, controller));
+    }
+    let mut p = t.producer().unwrap();
+    for i in 0..RECORDS {
+        p.publish_keyed(&(i % 1000), i).unwrap();
+        if i % 2000 == 0 {
+            // Spread the publishes out so that members come and go while they happen.
+            thread::sleep(Duration::from_millis(1));
+        }
+    }
+    // Wait until both groups have seen everything (bounded), then stop the churn.
+    for _ in 0..6000 {
+        if groups
+            .iter()
+            .all(|(_, _, c, _)| c.load(Ordering::SeqCst) >= RECORDS)
+        {
+            break;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    done.store(true, Ordering::SeqCst);
+    for (group, seen, count, controller) in groups {
+        let joined = controller.join().unwrap();
+        assert!(
+            joined >= 10,
+            "{}: only {joined} members joined: not much churn",
+            group.name()
+        );
+        let seen = seen.lock().unwrap();
+        let dups: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).take(5).collect();
+        assert!(
+            dups.is_empty(),
+            "{}: delivered twice between commits: {dups:?}",
+            group.name()
+        );
+        assert_eq!(
+            seen.len() as u64,
+            RECORDS,
+            "{}: every record once",
+            group.name()
+        );
+        assert_eq!(count.load(Ordering::SeqCst), RECORDS);
+        let stats = group.stats();
+        assert!(stats.members.is_empty());
+        assert_eq!(stats.lag, vec![0; 8], "everything committed");
+    }
+}
+
+#[test]
+fn push_subscriptions_share_a_group() {
+    let t = Topic::<u64>::new("jobs", TopicConfig::default().partitions(4)).unwrap();
+    let handled = Arc::new(Mutex::new(Vec::new()));
+    let mut subs = Vec::new();
+    for name in ["w1", "w2"] {
+        let h = handled.clone();
+        let sub = t
+            .subscription(name)
+            .group("workers")
+            .handler(move |r| {
+                h.lock().unwrap().push((r.partition(), r.offset()));
+                Ok::<_, String>(())
+            })
+            .unwrap();
+        subs.push(sub);
+    }
+    for i in 0..1000u64 {
+        t.publish_keyed(&i, i).unwrap();
+    }
+    let group = t.group("workers").unwrap();
+    for _ in 0..3000 {
+        if handled.lock().unwrap().len() >= 1000 && group.stats().owners.iter().all(Option::is_some)
+        {
+            break;
+        }
+        thread::sleep(Duration::from_millis(1));
+    }
+    for s in &subs {
+        assert!(s.wait_idle(Duration::from_secs(30)));
+    }
+    let handled = handled.lock().unwrap();
+    let mut sorted = handled.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted.len(), 1000, "every record handled");
+    assert_eq!(handled.len(), 1000, "by exactly one member");
+    let stats = group.stats();
+    assert_eq!(stats.members, ["w1", "w2"]);
+    assert_eq!(
+        stats.owners,
+        [
+            Some("w1".into()),
+            Some("w1".into()),
+            Some("w2".into()),
+            Some("w2".into())
+        ]
+    );
+}
+
+#[test]
+fn group_errors_are_typed() {
+    let t = topic(2);
+    assert!(matches!(
+        t.group("bad name"),
+        Err(Error::InvalidName { .. })
+    ));
+    let g = t.group("g").unwrap();
+    let _a = g.join("a").unwrap();
+    assert_eq!(g.join("a").unwrap_err(), Error::MemberExists("a".into()));
+    assert!(matches!(g.join(""), Err(Error::InvalidName { .. })));
+    let mut a2 = g.join("z").unwrap();
+    assert!(matches!(
+        a2.seek(0, 0),
+        Err(Error::NotAssigned { partition: 0 })
+    ));
+    assert!(matches!(
+        a2.commit_offset(1, 0),
+        Err(Error::NotAssigned { .. })
+    ));
+    assert!(matches!(
+        a2.committed(5),
+        Err(Error::NoSuchPartition { .. })
+    ));
+    // Start positions apply where nothing is committed.
+    t.publish_to(0, 1).unwrap();
+    let late = t.group("late").unwrap();
+    late.set_start(Start::Latest);
+    let m = late.join("m").unwrap();
+    assert_eq!(m.position(0).unwrap(), 1);
+}
