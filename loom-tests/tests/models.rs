@@ -198,3 +198,43 @@ fn block_gate_released_by_leaving_reader() {
         assert_eq!(topic.stats().partitions[0].end, 2);
     });
 }
+
+/// Groups: a revoked partition is never read by two members at once. Member `b` owns the only
+/// partition; `a` joins (and, sorting first, is assigned it); `b` hears of the revocation, then
+/// releases it on its next poll; `a` takes it. Whenever a member holds a reader of the partition,
+/// the group records it as the partition's one owner; and `b` always lets go.
+#[test]
+fn group_hand_over_never_shares_a_partition() {
+    model(|| {
+        let topic = Topic::<u64>::new("m", config()).unwrap();
+        topic.publish(1).unwrap();
+        let group = topic.group("g").unwrap();
+        let mut b = group.join("b").unwrap();
+        let mut a = group.join("a").unwrap();
+        assert!(a.assignment().is_empty(), "a waits for b to release");
+        let owner = |g: &logbus::Group<u64>| g.stats().owners[0].clone();
+        let g2 = group.clone();
+        let newcomer = thread::spawn(move || {
+            for _ in 0..3 {
+                let got = a.poll(1).map(|batch| batch.first_offset());
+                if !a.assignment().is_empty() {
+                    assert_eq!(owner(&g2).as_deref(), Some("a"));
+                }
+                if let Ok(offset) = got {
+                    assert_eq!(offset, 0);
+                    return;
+                }
+                thread::yield_now();
+            }
+        });
+        // b: its polls report its own assignment (from joining), then the revocation, then release.
+        for _ in 0..3 {
+            let _ = b.poll(1);
+            if !b.assignment().is_empty() {
+                assert_eq!(owner(&group).as_deref(), Some("b"));
+            }
+        }
+        assert!(b.assignment().is_empty());
+        newcomer.join().unwrap();
+    });
+}
