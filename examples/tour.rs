@@ -10,8 +10,8 @@ use std::{
 };
 
 use logbus::{
-    Backoff, Batch, Broker, DeadLetter, Overflow, Producers, PublishError, ReadError, Record,
-    Retry, Start, TopicConfig, WaitStrategy,
+    Backoff, Batch, Broker, DeadLetter, GroupError, Overflow, Producers, PublishError, ReadError,
+    Record, Retry, Start, TopicConfig, WaitStrategy,
 };
 
 /// An order: which publisher thread made it and its sequence number in that thread.
@@ -36,6 +36,7 @@ fn main() {
     retention_and_lag(&broker);
     back_pressure(&broker);
     parked_readers(&broker);
+    groups(&broker);
     println!("\nTopics in the broker: {:?}", broker.topics());
     println!("Tour complete: every check passed.");
 }
@@ -460,4 +461,98 @@ fn parked_readers(broker: &Broker) {
     }
     let stats = &alerts.stats().partitions[0];
     println!("  one publish woke them: {} futex wake-ups", stats.wakeups);
+}
+
+/// Consumer groups: members share the partitions; a second group sees everything again.
+fn groups(broker: &Broker) {
+    println!("== 12. consumer groups ==");
+    let config = TopicConfig::default().partitions(4);
+    let clicks = broker.topic::<u64>("clicks", config).unwrap();
+    for i in 0..400 {
+        clicks.publish_keyed(&(i % 40), i).unwrap();
+    }
+    let group = clicks.group("analytics").unwrap();
+    let mut a = group.join("a").unwrap();
+    println!(
+        "  `a` joins an idle group and gets partitions {:?} at once",
+        a.assignment()
+    );
+    let mut read_a = 0;
+    while read_a < 150 {
+        match a.poll(50) {
+            Ok(batch) => read_a += batch.len(),
+            Err(GroupError::Rebalanced(_)) => {} // the assignment, reported by the first poll
+            Err(e) => panic!("{e}"),
+        }
+    }
+    a.commit();
+    println!("  `a` reads {read_a} records and commits");
+    let mut b = group.join("b").unwrap();
+    // `a` hears that partitions 2 and 3 go to `b`, commits, and lets go on its next poll.
+    let mut rounds = 0;
+    while b.assignment().is_empty() {
+        match a.poll(50) {
+            Err(GroupError::Rebalanced(r)) if !r.revoked.is_empty() => {
+                println!(
+                    "  `b` joins: `a` is told partitions {:?} are revoked, and commits",
+                    r.revoked
+                );
+                a.commit();
+            }
+            Ok(batch) => {
+                read_a += batch.len();
+                a.commit();
+            }
+            _ => {}
+        }
+        let _ = b.poll(50);
+        rounds += 1;
+        assert!(rounds < 100, "hand-over did not finish");
+    }
+    println!(
+        "  after the hand-over: a {:?}, b {:?}",
+        a.assignment(),
+        b.assignment()
+    );
+    let mut read_b = 0;
+    loop {
+        let mut progress = false;
+        for m in [&mut a, &mut b] {
+            if let Ok(batch) = m.poll(50) {
+                let n = batch.len();
+                if m.name() == "a" {
+                    read_a += n;
+                } else {
+                    read_b += n;
+                }
+                m.commit();
+                progress = true;
+            }
+        }
+        if !progress {
+            break;
+        }
+    }
+    println!(
+        "  group `analytics`: a read {read_a}, b read {read_b}: {} in all, each once",
+        read_a + read_b
+    );
+    assert_eq!(read_a + read_b, 400);
+    let stats = group.stats();
+    println!(
+        "  owners {:?}, committed {:?}",
+        stats.owners, stats.committed
+    );
+    // Another group is independent: it reads everything again.
+    let mut solo = clicks.group("archive").unwrap().join("only").unwrap();
+    let mut read = 0;
+    loop {
+        match solo.poll(100) {
+            Ok(batch) => read += batch.len(),
+            Err(GroupError::Rebalanced(_)) => {}
+            Err(_) => break,
+        }
+    }
+    println!("  group `archive` (one member) reads all {read} as well");
+    assert_eq!(read, 400);
 }
