@@ -111,6 +111,7 @@ pub struct TopicConfig<T> {
     pub(crate) max_age: Option<Duration>,
     pub(crate) overflow: Overflow,
     pub(crate) wait: WaitStrategy,
+    pub(crate) timestamps: bool,
 }
 
 /// Default segment length in slots: 2^10 and 2^12 performed alike here, and the smaller one keeps a
@@ -134,6 +135,7 @@ impl<T> Default for TopicConfig<T> {
             max_age: None,
             overflow: Overflow::DropOldest,
             wait: WaitStrategy::default(),
+            timestamps: true,
         }
     }
 }
@@ -149,6 +151,7 @@ impl<T> Clone for TopicConfig<T> {
             max_age: self.max_age,
             overflow: self.overflow,
             wait: self.wait,
+            timestamps: self.timestamps,
         }
     }
 }
@@ -164,6 +167,7 @@ impl<T> fmt::Debug for TopicConfig<T> {
             .field("max_age", &self.max_age)
             .field("overflow", &self.overflow)
             .field("wait", &self.wait)
+            .field("timestamps", &self.timestamps)
             .finish()
     }
 }
@@ -185,6 +189,7 @@ impl<T> PartialEq for TopicConfig<T> {
             && self.max_age == other.max_age
             && self.overflow == other.overflow
             && self.wait == other.wait
+            && self.timestamps == other.timestamps
     }
 }
 
@@ -252,6 +257,15 @@ impl<T> TopicConfig<T> {
         self
     }
 
+    /// Whether records carry the time they were published (default true). Reading the clock is
+    /// about half the cost of a single-producer publish on the VM we measure on (~6 ns of ~12 ns),
+    /// so a topic that never needs times can turn it off: its records' timestamps are then the
+    /// UNIX epoch, and `Start::Timestamp` readers and `max_age` retention are refused.
+    pub fn timestamps(mut self, on: bool) -> Self {
+        self.timestamps = on;
+        self
+    }
+
     /// The configured number of partitions.
     pub fn partition_count(&self) -> u32 {
         self.partitions
@@ -283,6 +297,9 @@ impl<T> TopicConfig<T> {
         if matches!(self.overflow, Overflow::Block | Overflow::Reject) && self.max_records.is_none()
         {
             return bad("Block and Reject need a capacity: set max_records");
+        }
+        if !self.timestamps && self.max_age.is_some() {
+            return bad("max_age needs timestamps");
         }
         if self.max_records.is_some_and(|n| n > (1 << 62)) {
             return bad("max_records too large");

@@ -310,6 +310,9 @@ pub(crate) fn resolve<T: Send + Sync + 'static>(log: &Log<T>, start: Start) -> R
                 Ok(o)
             }
         }
+        Start::Timestamp(_) if !log.has_timestamps() => Err(Error::InvalidConfig(
+            "this topic keeps no timestamps (TopicConfig::timestamps(false))",
+        )),
         Start::Timestamp(t) => Ok(log.offset_for_time(clock::to_nanos(t))),
     }
 }

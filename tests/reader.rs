@@ -389,3 +389,26 @@ fn stats_report_positions_and_lag() {
     drop(r);
     assert!(t.stats().partitions[0].readers.is_empty());
 }
+
+#[test]
+fn topics_without_timestamps() {
+    let t = topic(TopicConfig::default().timestamps(false));
+    t.publish_keyed("k", 1).unwrap();
+    let mut r = t.reader(0, Start::Earliest).unwrap();
+    let rec = r.next().unwrap();
+    assert_eq!(rec.timestamp(), std::time::UNIX_EPOCH);
+    assert!(rec.key().is_some(), "keys are kept");
+    assert!(matches!(
+        t.reader(0, Start::Timestamp(SystemTime::now())),
+        Err(Error::InvalidConfig(_))
+    ));
+    assert!(matches!(
+        Topic::<u64>::new(
+            "x",
+            TopicConfig::default()
+                .timestamps(false)
+                .max_age(Duration::from_secs(1))
+        ),
+        Err(Error::InvalidConfig(_))
+    ));
+}

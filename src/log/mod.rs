@@ -171,6 +171,10 @@ pub(crate) struct Log<T> {
     max_bytes: Option<(u64, SizeFn<T>)>,
     max_age_nanos: Option<u64>,
     overflow: Overflow,
+    /// Whether records are stamped with the time (see `TopicConfig::timestamps`).
+    timestamps: bool,
+    /// No byte retention and `DropOldest`: a publish needs no size or room check.
+    plain: bool,
     pub(crate) wait: WaitStrategy,
 }
 
@@ -212,6 +216,8 @@ impl<T: Send + Sync + 'static> Log<T> {
                 .max_age
                 .map(|d| d.as_nanos().min(u64::MAX as u128) as u64),
             overflow: config.overflow,
+            timestamps: config.timestamps,
+            plain: config.max_bytes.is_none() && config.overflow == Overflow::DropOldest,
             wait: config.wait,
         };
         log.prepare(0);
@@ -221,6 +227,10 @@ impl<T: Send + Sync + 'static> Log<T> {
     #[inline]
     pub(crate) fn segment_size(&self) -> u64 {
         self.mask + 1
+    }
+
+    pub(crate) fn has_timestamps(&self) -> bool {
+        self.timestamps
     }
 
     pub(crate) fn size_fn(&self) -> Option<&SizeFn<T>> {
@@ -544,17 +554,6 @@ impl<T: Send + Sync + 'static> Log<T> {
         found
     }
 
-    /// After a publish: wakes parked readers, and does nothing else when there are none.
-    #[inline]
-    fn wake(&self) {
-        light_barrier();
-        // Acquire: see Orderings (`state`).
-        let s = self.state.load(Ordering::Acquire);
-        if s & PARKED_MASK != 0 {
-            self.wake_readers();
-        }
-    }
-
     #[cold]
     fn wake_readers(&self) {
         self.with_readers(|list| {
@@ -724,6 +723,16 @@ impl<T: Send + Sync + 'static> Log<T> {
         }
     }
 
+    /// The timestamp for a record published now (0 when the topic keeps no timestamps).
+    #[inline]
+    fn stamp(&self) -> u64 {
+        if self.timestamps {
+            clock::now_nanos()
+        } else {
+            0
+        }
+    }
+
     /// Publishes one record.
     #[inline]
     pub(crate) fn publish(
@@ -733,12 +742,15 @@ impl<T: Send + Sync + 'static> Log<T> {
         key: Option<u64>,
         size: u64,
     ) -> Result<u64, PublishError<T>> {
+        if self.single && self.plain {
+            return self.publish_single_plain(w, value, key);
+        }
         if let Some((max, _)) = &self.max_bytes {
             if size > *max {
                 return Err(PublishError::TooLarge(value));
             }
         }
-        let meta = Meta::new(clock::now_nanos(), key);
+        let meta = Meta::new(self.stamp(), key);
         let offset = if self.single {
             if let Err(r) = self.admit_single(w.next, 1) {
                 return Err(r.with(value));
@@ -761,6 +773,35 @@ impl<T: Send + Sync + 'static> Log<T> {
         Ok(offset)
     }
 
+    /// The common single-producer case (no byte retention, `DropOldest`): check closed, write,
+    /// store the watermark, look at `state` once.
+    #[inline]
+    fn publish_single_plain(
+        &self,
+        w: &mut Writer<T>,
+        value: T,
+        key: Option<u64>,
+    ) -> Result<u64, PublishError<T>> {
+        // Relaxed: the closed flag only; see `close` for the race this leaves.
+        if self.state.load(Ordering::Relaxed) & CLOSED != 0 {
+            return Err(PublishError::Closed(value));
+        }
+        let meta = Meta::new(self.stamp(), key);
+        let offset = w.next;
+        let i = (offset & self.mask) as usize;
+        match w.segment(self, offset >> self.shift) {
+            // SAFETY: we are the single writer and `offset` is not published yet; `w` holds a
+            // reference to its segment.
+            Some(seg) => unsafe { seg.write(i, value, meta) },
+            None => drop(value), // unreachable for the single writer; dropping is still correct
+        }
+        w.next = offset + 1;
+        // Release: publishes the slot (I2).
+        self.watermark.store(offset + 1, Ordering::Release);
+        self.after_publish(w);
+        Ok(offset)
+    }
+
     /// Publishes every value of `values` (which it drains) as one contiguous run. On error nothing
     /// is published and `values` is left as it was.
     pub(crate) fn publish_batch(
@@ -779,7 +820,7 @@ impl<T: Send + Sync + 'static> Log<T> {
                 return Err(PublishError::TooLarge(()));
             }
         }
-        let meta = Meta::new(clock::now_nanos(), None);
+        let meta = Meta::new(self.stamp(), None);
         let first = if self.single {
             self.admit_single(w.next, n).map_err(|r| r.with(()))?;
             w.next
@@ -826,17 +867,29 @@ impl<T: Send + Sync + 'static> Log<T> {
         }
     }
 
+    /// After a publish: one load of `state`. With no reader parked (and the log open) it does
+    /// nothing more (I5).
     #[inline]
     fn after_publish(&self, w: &Writer<T>) {
-        self.wake();
-        if self.single {
-            // Relaxed: the flag only; the SeqCst RMW and heavy barrier in `close` pair with the
-            // light barrier in `wake`, so either close saw our watermark or we see CLOSED here.
-            if self.state.load(Ordering::Relaxed) & CLOSED != 0 {
-                // We raced with close: extend the final end to cover what we just published.
-                self.final_end.fetch_max(w.next, Ordering::AcqRel);
-                self.wake_readers();
-            }
+        light_barrier();
+        // Acquire: see Orderings (`state`).
+        let s = self.state.load(Ordering::Acquire);
+        if s & (PARKED_MASK | CLOSED) != 0 {
+            self.after_publish_slow(w, s);
+        }
+    }
+
+    #[cold]
+    fn after_publish_slow(&self, w: &Writer<T>, s: u64) {
+        if s & PARKED_MASK != 0 {
+            self.wake_readers();
+        }
+        // The light barrier above pairs with the SeqCst RMW and heavy barrier in `close`: either
+        // close saw our watermark, or we see CLOSED here and extend the final end to cover what we
+        // just published (single producer only; a multi-producer close is exact by itself).
+        if self.single && s & CLOSED != 0 {
+            self.final_end.fetch_max(w.next, Ordering::AcqRel);
+            self.wake_readers();
         }
     }
 
