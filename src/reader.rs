@@ -251,9 +251,9 @@ impl<T: Send + Sync + 'static> Reader<T> {
             self.log.moved(&self.cursor, start);
             return Err(ReadError::Lagged(lost));
         }
-        let size = self.log.segment_size();
-        let index = self.next / size;
-        if self.seg.as_ref().map(|s| s.base() / size) != Some(index) {
+        let shift = self.log.segment_shift();
+        let index = self.next >> shift;
+        if self.seg.as_ref().map(|s| s.base() >> shift) != Some(index) {
             self.seg = None;
             self.seg = self.log.acquire(index);
         }

@@ -224,9 +224,10 @@ impl<T: Send + Sync + 'static> Log<T> {
         log
     }
 
+    /// log2 of the segment size: offset `o` is in segment `o >> segment_shift()`.
     #[inline]
-    pub(crate) fn segment_size(&self) -> u64 {
-        self.mask + 1
+    pub(crate) fn segment_shift(&self) -> u32 {
+        self.shift
     }
 
     pub(crate) fn has_timestamps(&self) -> bool {
