@@ -1,43 +1,45 @@
-//! The side-by-side harness: fan-out throughput with pinned threads, and this machine's
-//! core-to-core floor printed beside every figure.
+//! The side-by-side harness: logbus and the libraries users would pick instead, in one run, on the
+//! same machine, interleaved run by run.
 //!
 //! ```text
-//! cargo run --release -p logbus-perf -- [--quick] [--records N] [--runs K]
+//! cargo run --release -p logbus-perf -- [all|tput|batch|lat|lat-slow|idle|memory|floor] [--quick]
+//!                                       [--records N] [--runs K] [--samples S]
 //! ```
 //!
-//! Each scenario runs every contender through the [`Contender`] trait in the same process,
-//! interleaved run by run, and reports the median (with min and max) of the slowest subscriber's
-//! rate. Before each run the harness probes the core-to-core round trip and waits (bounded) for the
-//! VM's fast state, then prints the probe beside the figures.
+//! Every contender implements [`Bus`]: it starts `subscribers` consumer threads that each call a
+//! sink for every message, in order, and hands back `producers` senders. The scenarios are generic
+//! over `Bus`, so each library runs monomorphized code, with no dynamic dispatch per message.
+//! Threads are pinned: producers on the first core, subscribers round-robin over the others (all on
+//! core 1 on a 2-core machine). Before each table the core-to-core round trip is probed; the
+//! harness waits (bounded) for the VM's fast state and prints the probe beside the figures. Each
+//! figure is the median of `--runs` runs, with min and max. Tables are printed and written to
+//! `perf/results/latest.md`; latency percentiles are plotted to `perf/results/latency.svg`.
 
 use std::{
+    fmt::Write as _,
     sync::{
         atomic::{AtomicU64, Ordering},
-        mpsc, Arc, Barrier, Condvar, Mutex,
+        Arc, Barrier, Condvar, Mutex,
     },
     thread,
     time::{Duration, Instant},
 };
 
-use logbus::{ReadError, Start, Topic, TopicConfig};
+use hdrhistogram::Histogram;
+use logbus::{Overflow, ReadError, Start, Topic, TopicConfig};
 
-/// A library under test: one producer publishes `0..n`, `subscribers` threads each receive all of
-/// it in order; returns the time until the slowest subscriber is done.
-trait Contender: Sync {
-    fn name(&self) -> &'static str;
-    fn run(&self, subscribers: usize, n: u64, pins: &Pins) -> Duration;
-}
+// ------------------------------------------------------------------------------------------------
+// Placement.
 
-/// Where threads go: the producer on the first core, subscribers round-robin on the others.
+/// Where threads go: producers on the first core, subscribers round-robin on the others.
+#[derive(Clone)]
 struct Pins {
     cores: Vec<core_affinity::CoreId>,
 }
 
 impl Pins {
     fn new() -> Self {
-        Pins {
-            cores: core_affinity::get_core_ids().unwrap_or_default(),
-        }
+        Pins { cores: core_affinity::get_core_ids().unwrap_or_default() }
     }
 
     fn producer(&self) {
@@ -46,19 +48,6 @@ impl Pins {
         }
     }
 
-    fn subscriber(&self, i: usize) {
-        match self.cores.len() {
-            0 => {}
-            1 => {
-                core_affinity::set_for_current(self.cores[0]);
-            }
-            n => {
-                core_affinity::set_for_current(self.cores[1 + i % (n - 1)]);
-            }
-        }
-    }
-
-    /// The core id subscriber `i` goes to (for libraries that pin their own threads).
     fn subscriber_core(&self, i: usize) -> usize {
         match self.cores.len() {
             0 | 1 => 0,
@@ -66,21 +55,23 @@ impl Pins {
         }
     }
 
-    fn describe(&self, subscribers: usize) -> String {
-        match self.cores.len() {
-            0 => "unpinned".into(),
-            1 => "all on core 0".into(),
-            n => {
-                let subs: Vec<String> = (0..subscribers)
-                    .map(|i| self.cores[1 + i % (n - 1)].id.to_string())
-                    .collect();
-                format!(
-                    "producer on core {}, subscribers on cores [{}]",
-                    self.cores[0].id,
-                    subs.join(",")
-                )
-            }
+    fn subscriber(&self, i: usize) {
+        if !self.cores.is_empty() {
+            core_affinity::set_for_current(core_affinity::CoreId { id: self.subscriber_core(i) });
         }
+    }
+
+    fn describe(&self, producers: usize, subscribers: usize) -> String {
+        if self.cores.is_empty() {
+            return "unpinned".into();
+        }
+        let subs: Vec<String> =
+            (0..subscribers).map(|i| self.subscriber_core(i).to_string()).collect();
+        format!(
+            "{producers} producer(s) on core {}, subscribers on cores [{}]",
+            self.cores[0].id,
+            subs.join(",")
+        )
     }
 }
 
@@ -89,37 +80,38 @@ fn probe_floor(pins: &Pins) -> Duration {
     let line = Arc::new(AtomicU64::new(0));
     let rounds = 20_000u64;
     let l2 = line.clone();
-    let cores = pins.cores.clone();
-    let echo = thread::spawn(move || {
-        if let Some(c) = cores.get(1).or(cores.first()) {
-            core_affinity::set_for_current(*c);
-        }
-        for i in 0..rounds {
-            while l2.load(Ordering::Acquire) != 2 * i + 1 {
-                std::hint::spin_loop();
+    let p2 = pins.clone();
+    thread::scope(|s| {
+        s.spawn(move || {
+            p2.subscriber(0);
+            for i in 0..rounds {
+                while l2.load(Ordering::Acquire) != 2 * i + 1 {
+                    std::hint::spin_loop();
+                }
+                l2.store(2 * i + 2, Ordering::Release);
             }
-            l2.store(2 * i + 2, Ordering::Release);
-        }
-    });
-    pins.producer();
-    let start = Instant::now();
-    for i in 0..rounds {
-        line.store(2 * i + 1, Ordering::Release);
-        while line.load(Ordering::Acquire) != 2 * i + 2 {
-            std::hint::spin_loop();
-        }
-    }
-    let elapsed = start.elapsed();
-    echo.join().unwrap();
-    elapsed / (2 * rounds as u32)
+        });
+        s.spawn(|| {
+            pins.producer();
+            let start = Instant::now();
+            for i in 0..rounds {
+                line.store(2 * i + 1, Ordering::Release);
+                while line.load(Ordering::Acquire) != 2 * i + 2 {
+                    std::hint::spin_loop();
+                }
+            }
+            start.elapsed() / (2 * rounds as u32)
+        })
+        .join()
+        .unwrap()
+    })
 }
 
-/// Probes until the one-way floor is under `fast`, for at most `budget`; returns the last probe.
+/// Probes until the one-way floor is at most `fast`, for at most `budget`; returns the last probe.
 fn wait_for_fast_state(pins: &Pins, fast: Duration, budget: Duration) -> Duration {
     let start = Instant::now();
     loop {
-        // On a thread of its own, so the main thread stays unpinned.
-        let floor = thread::scope(|s| s.spawn(|| probe_floor(pins)).join().unwrap());
+        let floor = probe_floor(pins);
         if floor <= fast || start.elapsed() >= budget {
             return floor;
         }
@@ -127,406 +119,1066 @@ fn wait_for_fast_state(pins: &Pins, fast: Duration, budget: Duration) -> Duratio
     }
 }
 
-/// logbus with a given configuration.
-struct Logbus(&'static str, fn() -> TopicConfig<u64>);
+// ------------------------------------------------------------------------------------------------
+// The common trait.
 
-/// The default topic (unbounded retention, timestamps) with one producer.
-fn logbus_default_single() -> TopicConfig<u64> {
-    TopicConfig::default().single_producer()
-}
+/// What a subscriber does with each message; returns true when it expects no more.
+trait Sink: FnMut(u64) -> bool + Send + 'static {}
+impl<F: FnMut(u64) -> bool + Send + 'static> Sink for F {}
 
-/// The default topic with many producers allowed.
-fn logbus_default_multi() -> TopicConfig<u64> {
-    TopicConfig::default()
-}
-
-/// Like a ring buffer: 64 Ki records retained, publishers wait for the slowest reader, no
-/// timestamps (the Disruptor's events carry none either).
-fn logbus_ring_single() -> TopicConfig<u64> {
-    TopicConfig::default()
-        .single_producer()
-        .max_records(1 << 16)
-        .overflow(logbus::Overflow::Block)
-        .timestamps(false)
-}
-
-impl Contender for Logbus {
-    fn name(&self) -> &'static str {
-        self.0
+/// A sender of one producer.
+trait Tx: Send {
+    fn send(&mut self, v: u64);
+    fn send_batch(&mut self, vs: &[u64]) {
+        for v in vs {
+            self.send(*v);
+        }
     }
+}
 
-    fn run(&self, subscribers: usize, n: u64, pins: &Pins) -> Duration {
-        let topic = Topic::<u64>::new("perf", (self.1)()).unwrap();
-        let barrier = Arc::new(Barrier::new(subscribers + 1));
-        let handles: Vec<_> = (0..subscribers)
+/// A library under test.
+trait Bus: Sync {
+    type Tx: Tx + 'static;
+    fn name(&self) -> &'static str;
+    /// The most producers it supports (single-producer designs say 1).
+    fn max_producers(&self) -> usize {
+        usize::MAX
+    }
+    /// Starts `subscribers` pinned consumer threads, the i-th calling `sink(i)`'s sink for every
+    /// message in order until it returns true, and returns `producers` senders plus a function
+    /// that waits until every consumer is done (call it after dropping the senders).
+    fn start<S: Sink>(
+        &self,
+        producers: usize,
+        subscribers: usize,
+        capacity: usize,
+        pins: &Pins,
+        sink: impl Fn(usize) -> S,
+    ) -> (Vec<Self::Tx>, Box<dyn FnOnce()>);
+}
+
+fn join_all(handles: Vec<thread::JoinHandle<()>>) -> Box<dyn FnOnce()> {
+    Box::new(move || {
+        for h in handles {
+            h.join().unwrap();
+        }
+    })
+}
+
+// --- logbus ---
+
+struct Logbus {
+    name: &'static str,
+    config: fn(usize) -> TopicConfig<u64>,
+    single: bool,
+}
+
+struct LogbusTx(logbus::Producer<u64>);
+
+impl Tx for LogbusTx {
+    #[inline]
+    fn send(&mut self, v: u64) {
+        self.0.publish(v).unwrap();
+    }
+    fn send_batch(&mut self, vs: &[u64]) {
+        self.0.publish_batch(vs.iter().copied()).unwrap();
+    }
+}
+
+impl Bus for Logbus {
+    type Tx = LogbusTx;
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn max_producers(&self) -> usize {
+        if self.single {
+            1
+        } else {
+            usize::MAX
+        }
+    }
+    fn start<S: Sink>(
+        &self,
+        producers: usize,
+        subscribers: usize,
+        capacity: usize,
+        pins: &Pins,
+        sink: impl Fn(usize) -> S,
+    ) -> (Vec<LogbusTx>, Box<dyn FnOnce()>) {
+        let topic = Topic::<u64>::new("perf", (self.config)(capacity)).unwrap();
+        let handles = (0..subscribers)
             .map(|i| {
-                let mut r = topic.reader(0, Start::Earliest).unwrap();
-                let barrier = barrier.clone();
-                let pins = Pins {
-                    cores: pins.cores.clone(),
-                };
+                let mut reader = topic.reader(0, Start::Earliest).unwrap();
+                let mut sink = sink(i);
+                let pins = pins.clone();
                 thread::spawn(move || {
                     pins.subscriber(i);
-                    barrier.wait();
-                    let mut expected = 0u64;
-                    while expected < n {
-                        match r.next_batch(4096) {
+                    loop {
+                        match reader.next_batch(4096) {
                             Ok(b) => {
                                 for v in b.values() {
-                                    assert_eq!(*v, expected, "out of order");
-                                    expected += 1;
+                                    if sink(*v) {
+                                        return;
+                                    }
                                 }
                             }
-                            Err(ReadError::Lagged(_)) => panic!("lag without retention"),
+                            Err(ReadError::Lagged(n)) => panic!("lagged by {n}"),
                             Err(e) => panic!("{e}"),
                         }
                     }
-                    Instant::now()
                 })
             })
             .collect();
-        pins.producer();
-        let mut p = topic.producer().unwrap();
-        barrier.wait();
-        let start = Instant::now();
-        for i in 0..n {
-            p.publish(i).unwrap();
-        }
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap())
-            .max()
-            .unwrap()
-            - start
+        let txs = (0..producers).map(|_| LogbusTx(topic.producer().unwrap())).collect();
+        (txs, join_all(handles))
     }
 }
 
-/// The textbook design: an append-only `Mutex<Vec<_>>` log, a `Condvar`, per-subscriber offsets.
-struct MutexLog;
-
-impl Contender for MutexLog {
-    fn name(&self) -> &'static str {
-        "Mutex<Vec> + Condvar"
-    }
-
-    fn run(&self, subscribers: usize, n: u64, pins: &Pins) -> Duration {
-        let log = Arc::new((
-            Mutex::new(Vec::<u64>::with_capacity(n as usize)),
-            Condvar::new(),
-        ));
-        let barrier = Arc::new(Barrier::new(subscribers + 1));
-        let handles: Vec<_> = (0..subscribers)
-            .map(|i| {
-                let log = log.clone();
-                let barrier = barrier.clone();
-                let pins = Pins {
-                    cores: pins.cores.clone(),
-                };
-                thread::spawn(move || {
-                    pins.subscriber(i);
-                    barrier.wait();
-                    let mut next = 0usize;
-                    while (next as u64) < n {
-                        let (lock, cond) = &*log;
-                        let mut v = lock.lock().unwrap();
-                        while v.len() == next {
-                            v = cond.wait(v).unwrap();
-                        }
-                        for (k, x) in v[next..].iter().enumerate() {
-                            assert_eq!(*x, (next + k) as u64);
-                        }
-                        next = v.len();
-                    }
-                    Instant::now()
-                })
-            })
-            .collect();
-        pins.producer();
-        barrier.wait();
-        let start = Instant::now();
-        for i in 0..n {
-            let (lock, cond) = &*log;
-            lock.lock().unwrap().push(i);
-            cond.notify_all();
-        }
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap())
-            .max()
-            .unwrap()
-            - start
-    }
+/// The default topic (unbounded retention, timestamps), one producer.
+fn logbus_single(_: usize) -> TopicConfig<u64> {
+    TopicConfig::default().single_producer()
 }
 
-/// One bounded crossbeam-style channel per subscriber (std's `sync_channel`), the producer sends
-/// to each.
-struct ChannelPerSubscriber;
+/// The default topic, many producers.
+fn logbus_multi(_: usize) -> TopicConfig<u64> {
+    TopicConfig::default()
+}
 
-impl Contender for ChannelPerSubscriber {
-    fn name(&self) -> &'static str {
-        "std mpsc::sync_channel per subscriber"
+/// Like a ring buffer: `capacity` records retained, publishers wait for the slowest reader, no
+/// timestamps (the Disruptor's events carry none either).
+fn logbus_ring(capacity: usize) -> TopicConfig<u64> {
+    TopicConfig::default()
+        .single_producer()
+        .max_records(capacity as u64)
+        .overflow(Overflow::Block)
+        .timestamps(false)
+}
+
+// --- disruptor ---
+
+struct Disruptor<W>(&'static str, W);
+
+struct DisruptorTx<P>(P);
+
+impl<P: disruptor::Producer<u64> + Send> Tx for DisruptorTx<P> {
+    #[inline]
+    fn send(&mut self, v: u64) {
+        self.0.publish(|e| *e = v);
     }
-
-    fn run(&self, subscribers: usize, n: u64, pins: &Pins) -> Duration {
-        let barrier = Arc::new(Barrier::new(subscribers + 1));
-        let mut senders = Vec::new();
-        let handles: Vec<_> = (0..subscribers)
-            .map(|i| {
-                let (tx, rx) = mpsc::sync_channel::<u64>(4096);
-                senders.push(tx);
-                let barrier = barrier.clone();
-                let pins = Pins {
-                    cores: pins.cores.clone(),
-                };
-                thread::spawn(move || {
-                    pins.subscriber(i);
-                    barrier.wait();
-                    for expected in 0..n {
-                        assert_eq!(rx.recv().unwrap(), expected);
-                    }
-                    Instant::now()
-                })
-            })
-            .collect();
-        pins.producer();
-        barrier.wait();
-        let start = Instant::now();
-        for i in 0..n {
-            for tx in &senders {
-                tx.send(i).unwrap();
+    fn send_batch(&mut self, vs: &[u64]) {
+        let mut k = 0;
+        self.0.batch_publish(vs.len(), |iter| {
+            for e in iter {
+                *e = vs[k];
+                k += 1;
             }
-        }
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap())
-            .max()
-            .unwrap()
-            - start
+        });
     }
 }
 
-/// The LMAX Disruptor port (nicholassm's `disruptor` crate), single producer, one event handler
-/// per subscriber on a 64 Ki ring.
-struct Disruptor<W: disruptor::wait_strategies::WaitStrategy + Copy + Send + Sync + 'static>(
-    &'static str,
-    W,
-);
+type BoxedTx = Box<dyn TxObj>;
 
-impl<W: disruptor::wait_strategies::WaitStrategy + Copy + Send + Sync + 'static> Contender
-    for Disruptor<W>
-{
+/// Object-safe form of `Tx`, for libraries whose sender type depends on the fan-out.
+trait TxObj: Send {
+    fn send_obj(&mut self, v: u64);
+    fn send_batch_obj(&mut self, vs: &[u64]);
+}
+
+impl<T: Tx> TxObj for T {
+    fn send_obj(&mut self, v: u64) {
+        self.send(v)
+    }
+    fn send_batch_obj(&mut self, vs: &[u64]) {
+        self.send_batch(vs)
+    }
+}
+
+impl Tx for BoxedTx {
+    #[inline]
+    fn send(&mut self, v: u64) {
+        // `(**self)`: the boxed sender, not the box (which is itself a `TxObj` through `Tx`).
+        (**self).send_obj(v)
+    }
+    fn send_batch(&mut self, vs: &[u64]) {
+        (**self).send_batch_obj(vs)
+    }
+}
+
+impl<W: disruptor::wait_strategies::WaitStrategy + Copy + Send + Sync + 'static> Bus for Disruptor<W> {
+    // The producer's type depends on the number of handlers; boxing costs one indirect call per
+    // message, which the Disruptor's own benchmarks avoid: noted in the README.
+    type Tx = BoxedTx;
     fn name(&self) -> &'static str {
         self.0
     }
-
-    fn run(&self, subscribers: usize, n: u64, pins: &Pins) -> Duration {
-        use disruptor::Sequence;
-        let done: Arc<Mutex<Vec<Instant>>> = Arc::new(Mutex::new(Vec::new()));
-        let handler = |done: Arc<Mutex<Vec<Instant>>>| {
-            let mut expected = 0u64;
-            move |e: &u64, _seq: Sequence, _end: bool| {
-                assert_eq!(*e, expected, "out of order");
-                expected += 1;
-                if expected == n {
-                    done.lock().unwrap().push(Instant::now());
+    fn start<S: Sink>(
+        &self,
+        producers: usize,
+        subscribers: usize,
+        capacity: usize,
+        pins: &Pins,
+        sink: impl Fn(usize) -> S,
+    ) -> (Vec<BoxedTx>, Box<dyn FnOnce()>) {
+        use disruptor::{ProcessorSettings, Sequence};
+        let size = capacity.next_power_of_two();
+        let handler = |i: usize| {
+            let mut sink = sink(i);
+            let mut done = false;
+            move |e: &u64, _: Sequence, _: bool| {
+                if !done {
+                    done = sink(*e);
                 }
             }
         };
-        use disruptor::ProcessorSettings;
         let core = |i| pins.subscriber_core(i);
-        let b = disruptor::build_single_producer(1 << 16, || 0u64, self.1)
-            .pin_at_core(core(0))
-            .handle_events_with(handler(done.clone()));
-        // The builder's and producer's types change with the number of handlers, so each fan-out
-        // is spelled out.
-        fn drive<P: disruptor::Producer<u64>>(mut producer: P, n: u64, pins: &Pins) -> Instant {
-            pins.producer();
-            let start = Instant::now();
-            for i in 0..n {
-                producer.publish(|e| *e = i);
-            }
-            drop(producer); // waits for every handler to finish
-            start
+        macro_rules! fan_out {
+            ($builder:expr) => {{
+                let b = $builder.pin_at_core(core(0)).handle_events_with(handler(0));
+                match subscribers {
+                    1 => split(b.build(), producers),
+                    2 => split(b.pin_at_core(core(1)).handle_events_with(handler(1)).build(), producers),
+                    4 => split(
+                        b.pin_at_core(core(1))
+                            .handle_events_with(handler(1))
+                            .pin_at_core(core(2))
+                            .handle_events_with(handler(2))
+                            .pin_at_core(core(3))
+                            .handle_events_with(handler(3))
+                            .build(),
+                        producers,
+                    ),
+                    n => panic!("no disruptor set-up for {n} subscribers"),
+                }
+            }};
         }
-        let start = match subscribers {
-            1 => drive(b.build(), n, pins),
-            2 => drive(
-                b.pin_at_core(core(1))
-                    .handle_events_with(handler(done.clone()))
-                    .build(),
-                n,
-                pins,
-            ),
-            4 => drive(
-                b.pin_at_core(core(1))
-                    .handle_events_with(handler(done.clone()))
-                    .pin_at_core(core(2))
-                    .handle_events_with(handler(done.clone()))
-                    .pin_at_core(core(3))
-                    .handle_events_with(handler(done.clone()))
-                    .build(),
-                n,
-                pins,
-            ),
-            other => panic!("no disruptor set-up for {other} subscribers"),
+        fn split<P: disruptor::Producer<u64> + Send + 'static>(p: P, n: usize) -> Vec<BoxedTx> {
+            assert_eq!(n, 1);
+            vec![Box::new(DisruptorTx(p))]
+        }
+        fn split_multi<P: disruptor::Producer<u64> + Clone + Send + 'static>(
+            p: P,
+            n: usize,
+        ) -> Vec<BoxedTx> {
+            (0..n).map(|_| Box::new(DisruptorTx(p.clone())) as BoxedTx).collect()
+        }
+        let txs = if producers == 1 {
+            fan_out!(disruptor::build_single_producer(size, || 0u64, self.1))
+        } else {
+            let b = disruptor::build_multi_producer(size, || 0u64, self.1)
+                .pin_at_core(core(0))
+                .handle_events_with(handler(0));
+            match subscribers {
+                1 => split_multi(b.build(), producers),
+                2 => split_multi(
+                    b.pin_at_core(core(1)).handle_events_with(handler(1)).build(),
+                    producers,
+                ),
+                n => panic!("no multi-producer disruptor set-up for {n} subscribers"),
+            }
         };
-        let done = done.lock().unwrap();
-        assert_eq!(done.len(), subscribers);
-        *done.iter().max().unwrap() - start
+        // Dropping the last producer waits for the handlers to drain.
+        (txs, Box::new(|| {}))
     }
 }
 
-/// One bounded crossbeam channel per subscriber; the producer sends to each.
-struct Crossbeam;
+// --- channels, one per subscriber ---
 
-impl Contender for Crossbeam {
-    fn name(&self) -> &'static str {
-        "crossbeam-channel, one per subscriber"
+struct Channels<C>(&'static str, C);
+
+trait Channel: Sync {
+    type S: Send + Clone + 'static;
+    type R: Send + 'static;
+    fn pair(&self, capacity: usize) -> (Self::S, Self::R);
+    fn send(s: &Self::S, v: u64);
+    fn recv(r: &mut Self::R) -> u64;
+}
+
+struct CrossbeamChannel;
+impl Channel for CrossbeamChannel {
+    type S = crossbeam_channel::Sender<u64>;
+    type R = crossbeam_channel::Receiver<u64>;
+    fn pair(&self, capacity: usize) -> (Self::S, Self::R) {
+        crossbeam_channel::bounded(capacity)
     }
+    #[inline]
+    fn send(s: &Self::S, v: u64) {
+        s.send(v).unwrap();
+    }
+    #[inline]
+    fn recv(r: &mut Self::R) -> u64 {
+        r.recv().unwrap()
+    }
+}
 
-    fn run(&self, subscribers: usize, n: u64, pins: &Pins) -> Duration {
-        let barrier = Arc::new(Barrier::new(subscribers + 1));
+struct KanalChannel;
+impl Channel for KanalChannel {
+    type S = kanal::Sender<u64>;
+    type R = kanal::Receiver<u64>;
+    fn pair(&self, capacity: usize) -> (Self::S, Self::R) {
+        kanal::bounded(capacity)
+    }
+    #[inline]
+    fn send(s: &Self::S, v: u64) {
+        s.send(v).unwrap();
+    }
+    #[inline]
+    fn recv(r: &mut Self::R) -> u64 {
+        r.recv().unwrap()
+    }
+}
+
+struct ChannelTx<C: Channel>(Vec<C::S>);
+
+impl<C: Channel> Tx for ChannelTx<C> {
+    #[inline]
+    fn send(&mut self, v: u64) {
+        for s in &self.0 {
+            C::send(s, v);
+        }
+    }
+}
+
+impl<C: Channel + 'static> Bus for Channels<C> {
+    type Tx = ChannelTx<C>;
+    fn name(&self) -> &'static str {
+        self.0
+    }
+    fn start<S: Sink>(
+        &self,
+        producers: usize,
+        subscribers: usize,
+        capacity: usize,
+        pins: &Pins,
+        sink: impl Fn(usize) -> S,
+    ) -> (Vec<ChannelTx<C>>, Box<dyn FnOnce()>) {
         let mut senders = Vec::new();
-        let handles: Vec<_> = (0..subscribers)
+        let handles = (0..subscribers)
             .map(|i| {
-                let (tx, rx) = crossbeam_channel::bounded::<u64>(4096);
-                senders.push(tx);
-                let barrier = barrier.clone();
-                let pins = Pins {
-                    cores: pins.cores.clone(),
-                };
+                let (s, mut r) = self.1.pair(capacity.min(1 << 16));
+                senders.push(s);
+                let mut sink = sink(i);
+                let pins = pins.clone();
                 thread::spawn(move || {
                     pins.subscriber(i);
-                    barrier.wait();
-                    for expected in 0..n {
-                        assert_eq!(rx.recv().unwrap(), expected);
-                    }
-                    Instant::now()
+                    while !sink(C::recv(&mut r)) {}
                 })
             })
             .collect();
-        pins.producer();
-        barrier.wait();
-        let start = Instant::now();
-        for i in 0..n {
-            for tx in &senders {
-                tx.send(i).unwrap();
-            }
-        }
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap())
-            .max()
-            .unwrap()
-            - start
+        let txs = (0..producers).map(|_| ChannelTx(senders.clone())).collect();
+        (txs, join_all(handles))
     }
 }
+
+// --- tokio broadcast ---
+
+struct TokioBroadcast;
+
+struct TokioTx(tokio::sync::broadcast::Sender<u64>);
+
+impl Tx for TokioTx {
+    #[inline]
+    fn send(&mut self, v: u64) {
+        let _ = self.0.send(v);
+    }
+}
+
+impl Bus for TokioBroadcast {
+    type Tx = TokioTx;
+    fn name(&self) -> &'static str {
+        "tokio broadcast (sized not to lag)"
+    }
+    fn start<S: Sink>(
+        &self,
+        producers: usize,
+        subscribers: usize,
+        capacity: usize,
+        pins: &Pins,
+        sink: impl Fn(usize) -> S,
+    ) -> (Vec<TokioTx>, Box<dyn FnOnce()>) {
+        // Sized to hold the whole run, so that no receiver ever lags (it has no back-pressure).
+        let (tx, _) = tokio::sync::broadcast::channel::<u64>(capacity.next_power_of_two());
+        let handles = (0..subscribers)
+            .map(|i| {
+                let mut rx = tx.subscribe();
+                let mut sink = sink(i);
+                let pins = pins.clone();
+                thread::spawn(move || {
+                    pins.subscriber(i);
+                    while !sink(rx.blocking_recv().expect("sized not to lag")) {}
+                })
+            })
+            .collect();
+        let txs = (0..producers).map(|_| TokioTx(tx.clone())).collect();
+        (txs, join_all(handles))
+    }
+}
+
+// --- bus ---
+
+struct BusCrate;
+
+struct BusTx(bus::Bus<u64>);
+
+impl Tx for BusTx {
+    #[inline]
+    fn send(&mut self, v: u64) {
+        self.0.broadcast(v);
+    }
+}
+
+impl Bus for BusCrate {
+    type Tx = BusTx;
+    fn name(&self) -> &'static str {
+        "bus"
+    }
+    fn max_producers(&self) -> usize {
+        1
+    }
+    fn start<S: Sink>(
+        &self,
+        _producers: usize,
+        subscribers: usize,
+        capacity: usize,
+        pins: &Pins,
+        sink: impl Fn(usize) -> S,
+    ) -> (Vec<BusTx>, Box<dyn FnOnce()>) {
+        let mut b = bus::Bus::new(capacity.min(1 << 16));
+        let handles = (0..subscribers)
+            .map(|i| {
+                let mut rx = b.add_rx();
+                let mut sink = sink(i);
+                let pins = pins.clone();
+                thread::spawn(move || {
+                    pins.subscriber(i);
+                    while !sink(rx.recv().unwrap()) {}
+                })
+            })
+            .collect();
+        (vec![BusTx(b)], join_all(handles))
+    }
+}
+
+// --- multiqueue2 ---
+
+struct MultiQueue;
+
+struct MultiQueueTx(multiqueue2::BroadcastSender<u64>);
+
+impl Tx for MultiQueueTx {
+    #[inline]
+    fn send(&mut self, mut v: u64) {
+        // multiqueue2 has no blocking send: spin (with a hint) while the queue is full.
+        while let Err(e) = self.0.try_send(v) {
+            v = match e {
+                std::sync::mpsc::TrySendError::Full(v) => v,
+                std::sync::mpsc::TrySendError::Disconnected(_) => panic!("disconnected"),
+            };
+            std::hint::spin_loop();
+        }
+    }
+}
+
+impl Bus for MultiQueue {
+    type Tx = MultiQueueTx;
+    fn name(&self) -> &'static str {
+        "multiqueue2"
+    }
+    fn start<S: Sink>(
+        &self,
+        producers: usize,
+        subscribers: usize,
+        capacity: usize,
+        pins: &Pins,
+        sink: impl Fn(usize) -> S,
+    ) -> (Vec<MultiQueueTx>, Box<dyn FnOnce()>) {
+        let (tx, rx) = multiqueue2::broadcast_queue::<u64>(capacity.min(1 << 16) as u64);
+        let handles = (0..subscribers)
+            .map(|i| {
+                let stream = rx.add_stream();
+                let mut sink = sink(i);
+                let pins = pins.clone();
+                thread::spawn(move || {
+                    pins.subscriber(i);
+                    while !sink(stream.recv().unwrap()) {}
+                })
+            })
+            .collect();
+        rx.unsubscribe();
+        let txs = (0..producers).map(|_| MultiQueueTx(tx.clone())).collect();
+        (txs, join_all(handles))
+    }
+}
+
+// --- the textbook baseline ---
+
+struct MutexLog;
+
+struct MutexLogTx(Arc<(Mutex<Vec<u64>>, Condvar)>);
+
+impl Tx for MutexLogTx {
+    #[inline]
+    fn send(&mut self, v: u64) {
+        let (lock, cond) = &*self.0;
+        lock.lock().unwrap().push(v);
+        cond.notify_all();
+    }
+}
+
+impl Bus for MutexLog {
+    type Tx = MutexLogTx;
+    fn name(&self) -> &'static str {
+        "Mutex<Vec> + Condvar (textbook)"
+    }
+    fn start<S: Sink>(
+        &self,
+        producers: usize,
+        subscribers: usize,
+        _capacity: usize,
+        pins: &Pins,
+        sink: impl Fn(usize) -> S,
+    ) -> (Vec<MutexLogTx>, Box<dyn FnOnce()>) {
+        let log = Arc::new((Mutex::new(Vec::<u64>::new()), Condvar::new()));
+        let handles = (0..subscribers)
+            .map(|i| {
+                let log = log.clone();
+                let mut sink = sink(i);
+                let pins = pins.clone();
+                thread::spawn(move || {
+                    pins.subscriber(i);
+                    let mut next = 0;
+                    let mut local = Vec::new();
+                    loop {
+                        {
+                            let (lock, cond) = &*log;
+                            let mut v = lock.lock().unwrap();
+                            while v.len() == next {
+                                v = cond.wait(v).unwrap();
+                            }
+                            local.extend_from_slice(&v[next..]);
+                            next = v.len();
+                        }
+                        for x in local.drain(..) {
+                            if sink(x) {
+                                return;
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        let txs = (0..producers).map(|_| MutexLogTx(log.clone())).collect();
+        (txs, join_all(handles))
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Scenarios.
 
 struct Options {
     records: u64,
     runs: usize,
+    samples: u64,
+    slow_samples: u64,
+    idle: Duration,
+    what: String,
 }
 
-fn options() -> Options {
+/// Producer `p`'s message `k` in a multi-producer run.
+fn tagged(p: u64, k: u64) -> u64 {
+    p << 48 | k
+}
+
+/// A sink that checks order (per producer) and reports when it has all `expected` messages.
+fn order_sink(producers: usize, expected: u64, done: Arc<Mutex<Vec<Instant>>>) -> impl Sink {
+    let mut next = vec![0u64; producers];
+    let mut got = 0u64;
+    move |v: u64| {
+        let (p, k) = ((v >> 48) as usize, v & ((1 << 48) - 1));
+        assert_eq!(k, next[p], "out of order");
+        next[p] += 1;
+        got += 1;
+        if got == expected {
+            done.lock().unwrap().push(Instant::now());
+            return true;
+        }
+        false
+    }
+}
+
+/// Throughput: messages per second of the slowest subscriber, in millions.
+fn tput<B: Bus>(bus: &B, o: &Options, pins: &Pins, producers: usize, subs: usize, batch: bool) -> Option<f64> {
+    if producers > bus.max_producers() {
+        return None;
+    }
+    let per = o.records / producers as u64;
+    let total = per * producers as u64;
+    let done = Arc::new(Mutex::new(Vec::new()));
+    let d2 = done.clone();
+    let (txs, join) =
+        bus.start(producers, subs, total as usize, pins, move |_| order_sink(producers, total, d2.clone()));
+    let barrier = Arc::new(Barrier::new(producers + 1));
+    let handles: Vec<_> = txs
+        .into_iter()
+        .enumerate()
+        .map(|(p, mut tx)| {
+            let (barrier, pins) = (barrier.clone(), pins.clone());
+            thread::spawn(move || {
+                pins.producer();
+                barrier.wait();
+                if batch {
+                    let mut buf = Vec::with_capacity(256);
+                    let mut k = 0;
+                    while k < per {
+                        buf.clear();
+                        buf.extend((k..(k + 256).min(per)).map(|k| tagged(p as u64, k)));
+                        tx.send_batch(&buf);
+                        k += buf.len() as u64;
+                    }
+                } else {
+                    for k in 0..per {
+                        tx.send(tagged(p as u64, k));
+                    }
+                }
+            })
+        })
+        .collect();
+    barrier.wait();
+    let start = Instant::now();
+    for h in handles {
+        h.join().unwrap();
+    }
+    join();
+    let done = done.lock().unwrap();
+    assert_eq!(done.len(), subs);
+    Some(total as f64 / (*done.iter().max().unwrap() - start).as_secs_f64() / 1e6)
+}
+
+/// Latency: one producer sends on a fixed schedule (one message per `period`), each message
+/// carrying its scheduled send time; subscribers record `now - scheduled` (so a late send counts
+/// against the library: corrected for coordinated omission). Returns the merged histogram.
+fn latency<B: Bus>(bus: &B, pins: &Pins, subs: usize, period: Duration, samples: u64) -> Histogram<u64> {
+    let warmup = samples / 10;
+    let total = warmup + samples;
+    let base = Instant::now();
+    let hists = Arc::new(Mutex::new(Vec::new()));
+    let h2 = hists.clone();
+    let (txs, join) = bus.start(1, subs, 1 << 16, pins, move |_| {
+        let hists = h2.clone();
+        let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).unwrap();
+        let mut got = 0u64;
+        move |v: u64| {
+            let now = base.elapsed().as_nanos() as u64;
+            got += 1;
+            if got > warmup {
+                hist.saturating_record(now.saturating_sub(v).max(1));
+            }
+            if got == total {
+                hists.lock().unwrap().push(std::mem::replace(
+                    &mut hist,
+                    Histogram::<u64>::new(1).unwrap(),
+                ));
+                return true;
+            }
+            false
+        }
+    });
+    let mut tx = txs.into_iter().next().unwrap();
+    let pins2 = pins.clone();
+    thread::spawn(move || {
+        pins2.producer();
+        thread::sleep(Duration::from_millis(20)); // let the subscribers start waiting
+        let start = base.elapsed();
+        for k in 0..total {
+            let due = start + period * k as u32;
+            while base.elapsed() < due {
+                std::hint::spin_loop();
+            }
+            tx.send(due.as_nanos() as u64);
+        }
+    })
+    .join()
+    .unwrap();
+    join();
+    let mut merged = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).unwrap();
+    for h in hists.lock().unwrap().iter() {
+        merged.add(h).unwrap();
+    }
+    merged
+}
+
+/// CPU time (user + system) of this process so far.
+fn cpu_time() -> Duration {
+    let mut r = std::mem::MaybeUninit::<libc::rusage>::uninit();
+    // SAFETY: getrusage writes a full rusage into the pointer we give it.
+    let r = unsafe {
+        libc::getrusage(libc::RUSAGE_SELF, r.as_mut_ptr());
+        r.assume_init()
+    };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(r.ru_utime) + tv(r.ru_stime)
+}
+
+/// Idle: CPU used by 4 subscribers waiting for a message that does not come, as a fraction of one
+/// core per subscriber.
+fn idle<B: Bus>(bus: &B, pins: &Pins, wait: Duration) -> f64 {
+    let (txs, join) = bus.start(1, 4, 1 << 10, pins, |_| {
+        let mut got = 0;
+        move |_v: u64| {
+            got += 1;
+            got == 2
+        }
+    });
+    let mut tx = txs.into_iter().next().unwrap();
+    tx.send(0);
+    thread::sleep(Duration::from_millis(300)); // let them settle into their idle state
+    let before = cpu_time();
+    thread::sleep(wait);
+    let used = cpu_time() - before;
+    tx.send(1);
+    drop(tx);
+    join();
+    used.as_secs_f64() / wait.as_secs_f64() / 4.0
+}
+
+/// Resident set size of this process.
+fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+// ------------------------------------------------------------------------------------------------
+// Running everything.
+
+/// Runs `$f` for each contender, in the same order every time.
+macro_rules! each_bus {
+    ($f:ident) => {{
+        let mut out: Vec<(&'static str, bool, Option<f64>)> = Vec::new();
+        out.push($f!(&Logbus { name: "logbus single producer", config: logbus_single, single: true }, true));
+        out.push($f!(&Logbus { name: "logbus single producer, ring-like", config: logbus_ring, single: true }, true));
+        out.push($f!(&Logbus { name: "logbus multi producer", config: logbus_multi, single: false }, true));
+        out.push($f!(&Disruptor("disruptor BusySpin", disruptor::BusySpin), false));
+        out.push($f!(&Disruptor("disruptor BusySpinWithSpinLoopHint", disruptor::BusySpinWithSpinLoopHint), false));
+        out.push($f!(&Disruptor("disruptor Sleep(10µs)", disruptor::Sleep::new(Duration::from_micros(10))), false));
+        out.push($f!(&Channels("crossbeam-channel per subscriber", CrossbeamChannel), false));
+        out.push($f!(&Channels("kanal per subscriber", KanalChannel), false));
+        out.push($f!(&TokioBroadcast, false));
+        out.push($f!(&BusCrate, false));
+        out.push($f!(&MultiQueue, false));
+        out.push($f!(&MutexLog, false));
+        out
+    }};
+}
+
+struct Report {
+    md: String,
+    svg_series: Vec<(String, Vec<f64>)>,
+}
+
+impl Report {
+    fn line(&mut self, s: &str) {
+        println!("{s}");
+        self.md.push_str(s);
+        self.md.push('\n');
+    }
+
+    /// A table of one figure per contender (median, min, max over runs), higher or lower better.
+    fn table(&mut self, title: &str, unit: &str, rows: &[(&'static str, bool, Vec<f64>)], higher_is_better: bool) {
+        self.line("");
+        self.line(title);
+        self.line("");
+        self.line(&format!("| contender | median {unit} | min | max | logbus / best peer |"));
+        self.line("|---|---:|---:|---:|---:|");
+        let med: Vec<Option<f64>> =
+            rows.iter().map(|(_, _, v)| (!v.is_empty()).then(|| median(&mut v.clone()))).collect();
+        let peers = rows.iter().zip(&med).filter(|((_, ours, _), m)| !ours && m.is_some());
+        let best_peer = if higher_is_better {
+            peers.map(|(_, m)| m.unwrap()).fold(f64::NAN, f64::max)
+        } else {
+            peers.map(|(_, m)| m.unwrap()).fold(f64::NAN, f64::min)
+        };
+        for ((name, ours, v), m) in rows.iter().zip(&med) {
+            match m {
+                None => self.line(&format!("| {name} | n/a | | | |")),
+                Some(m) => {
+                    let mut sorted = v.clone();
+                    sorted.sort_by(|a, b| a.partial_cmp(b).unwrap());
+                    let ratio = if *ours {
+                        if higher_is_better { m / best_peer } else { best_peer / m }
+                    } else {
+                        f64::NAN
+                    };
+                    let ratio = if ratio.is_nan() { String::new() } else { format!("{ratio:.2}×") };
+                    self.line(&format!(
+                        "| {name} | {m:.2} | {:.2} | {:.2} | {ratio} |",
+                        sorted[0],
+                        sorted[sorted.len() - 1]
+                    ));
+                }
+            }
+        }
+        if !higher_is_better {
+            self.line("\n(for latency the ratio is best peer / logbus: above 1 means logbus is faster)");
+        }
+    }
+}
+
+fn main() {
     let mut o = Options {
         records: 10_000_000,
         runs: 5,
+        samples: 200_000,
+        slow_samples: 20_000,
+        idle: Duration::from_secs(2),
+        what: "all".into(),
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
     while i < args.len() {
+        let num = |i: usize| args.get(i).and_then(|s| s.parse::<u64>().ok());
         match args[i].as_str() {
             "--quick" => {
                 o.records = 200_000;
-                o.runs = 3;
+                o.runs = 1;
+                o.samples = 5_000;
+                o.slow_samples = 500;
+                o.idle = Duration::from_millis(200);
             }
             "--records" => {
                 i += 1;
-                o.records = args
-                    .get(i)
-                    .and_then(|s| s.parse().ok())
-                    .expect("--records N");
+                o.records = num(i).expect("--records N");
             }
             "--runs" => {
                 i += 1;
-                o.runs = args.get(i).and_then(|s| s.parse().ok()).expect("--runs K");
+                o.runs = num(i).expect("--runs K") as usize;
+            }
+            "--samples" => {
+                i += 1;
+                o.samples = num(i).expect("--samples S");
+                o.slow_samples = (o.samples / 10).max(100);
+            }
+            w @ ("all" | "tput" | "batch" | "lat" | "lat-slow" | "idle" | "memory" | "floor") => {
+                o.what = w.to_owned()
             }
             other => {
-                eprintln!("unknown argument {other}; use --quick, --records N, --runs K");
+                eprintln!("unknown argument {other}");
                 std::process::exit(2);
             }
         }
         i += 1;
     }
-    o
-}
-
-fn main() {
-    let o = options();
     let pins = Pins::new();
-    let contenders: Vec<Box<dyn Contender>> = vec![
-        Box::new(Logbus("logbus single producer", logbus_default_single)),
-        Box::new(Logbus(
-            "logbus single producer, ring-like",
-            logbus_ring_single,
-        )),
-        Box::new(Logbus("logbus multi producer", logbus_default_multi)),
-        Box::new(Disruptor("disruptor BusySpin", disruptor::BusySpin)),
-        Box::new(Disruptor(
-            "disruptor BusySpinWithSpinLoopHint",
-            disruptor::BusySpinWithSpinLoopHint,
-        )),
-        Box::new(Crossbeam),
-        Box::new(ChannelPerSubscriber),
-        Box::new(MutexLog),
-    ];
-    println!("# logbus perf: fan-out throughput (u64 records, slowest subscriber)");
-    println!(
-        "machine: {} cores; {} records per run; median of {} runs",
+    let want = |s: &str| o.what == "all" || o.what == s;
+    let mut r = Report { md: String::new(), svg_series: Vec::new() };
+    r.line("# logbus perf: side by side");
+    r.line(&format!(
+        "\nmachine: {} cores ({}); {} records per throughput run; {} latency samples (lat-slow {}); median of {} run(s)",
         pins.cores.len(),
+        std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|c| c.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned()))
+            .unwrap_or_default(),
         o.records,
+        o.samples,
+        o.slow_samples,
         o.runs
-    );
-    for subscribers in [1usize, 2, 4] {
-        let floor = wait_for_fast_state(&pins, Duration::from_nanos(120), Duration::from_secs(20));
-        println!(
-            "\n## tput 1→{subscribers}  ({})",
-            pins.describe(subscribers)
-        );
-        println!("core-to-core one-way floor before this table: {floor:?}\n");
-        let mut results: Vec<Vec<f64>> = vec![Vec::new(); contenders.len()];
-        for _ in 0..o.runs {
-            for (k, c) in contenders.iter().enumerate() {
-                // A fresh thread per run: pinning it leaves the main thread's affinity alone (some
-                // libraries check the cores they may use from the thread that builds them).
-                let d = thread::scope(|s| {
-                    s.spawn(|| c.run(subscribers, o.records, &pins))
-                        .join()
-                        .unwrap()
-                });
-                results[k].push(o.records as f64 / d.as_secs_f64() / 1e6);
-            }
+    ));
+    let floor_now = |pins: &Pins| wait_for_fast_state(pins, Duration::from_nanos(120), Duration::from_secs(20));
+
+    if want("floor") {
+        let f = floor_now(&pins);
+        r.line(&format!("\n## floor\n\ncore-to-core one-way latency: {f:?}"));
+    }
+    for (scenario, batch) in [("tput", false), ("batch", true)] {
+        if !want(scenario) {
+            continue;
         }
-        let medians: Vec<f64> = results
-            .iter_mut()
-            .map(|r| {
-                r.sort_by(|a, b| a.partial_cmp(b).unwrap());
-                r[r.len() / 2]
-            })
-            .collect();
-        let best_peer = medians[3..].iter().cloned().fold(0.0, f64::max);
-        println!("| contender | median Mmsg/s | min | max | / best peer |");
-        println!("|---|---:|---:|---:|---:|");
-        for (k, c) in contenders.iter().enumerate() {
-            let r = &results[k];
-            println!(
-                "| {} | {:.1} | {:.1} | {:.1} | {:.2}× |",
-                c.name(),
-                medians[k],
-                r[0],
-                r[r.len() - 1],
-                medians[k] / best_peer
+        for (producers, subs) in [(1usize, 1usize), (1, 2), (1, 4), (2, 2)] {
+            let floor = floor_now(&pins);
+            let mut rows: Vec<(&'static str, bool, Vec<f64>)> = Vec::new();
+            for run in 0..o.runs {
+                macro_rules! go {
+                    ($bus:expr, $ours:expr) => {{
+                        let bus = $bus;
+                        if std::env::var_os("PERF_TRACE").is_some() {
+                            eprintln!("{scenario} {producers}->{subs}: {}", bus.name());
+                        }
+                        let v = thread::scope(|s| s.spawn(|| tput(bus, &o, &pins, producers, subs, batch)).join().unwrap());
+                        (bus.name(), $ours, v)
+                    }};
+                }
+                let results = each_bus!(go);
+                for (k, (name, ours, v)) in results.into_iter().enumerate() {
+                    if run == 0 {
+                        rows.push((name, ours, Vec::new()));
+                    }
+                    if let Some(v) = v {
+                        rows[k].2.push(v);
+                    }
+                }
+            }
+            r.table(
+                &format!(
+                    "## {scenario} {producers}→{subs} (Mmsg/s of the slowest subscriber; {}; floor {floor:?})",
+                    pins.describe(producers, subs)
+                ),
+                "Mmsg/s",
+                &rows,
+                true,
             );
         }
+    }
+    for (scenario, period, samples) in [
+        ("lat", Duration::from_micros(2), o.samples),
+        ("lat-slow", Duration::from_micros(50), o.slow_samples),
+    ] {
+        if !want(scenario) {
+            continue;
+        }
+        for subs in [1usize, 2] {
+            let floor = floor_now(&pins);
+            let mut rows: Vec<(&'static str, bool, Vec<[f64; 5]>)> = Vec::new();
+            for run in 0..o.runs {
+                macro_rules! go {
+                    ($bus:expr, $ours:expr) => {{
+                        let bus = $bus;
+                        let h = thread::scope(|s| s.spawn(|| latency(bus, &pins, subs, period, samples)).join().unwrap());
+                        let q = [0.5, 0.9, 0.99, 0.999].map(|q| h.value_at_quantile(q) as f64);
+                        (bus.name(), $ours, Some([q[0], q[1], q[2], q[3], h.max() as f64]))
+                    }};
+                }
+                // `each_bus!` collects `Option<f64>`; latency needs five numbers, so keep them aside.
+                let mut five: Vec<(&'static str, bool, [f64; 5])> = Vec::new();
+                macro_rules! go_f {
+                    ($bus:expr, $ours:expr) => {{
+                        let (n, ours, v) = go!($bus, $ours);
+                        five.push((n, ours, v.unwrap()));
+                        (n, ours, None)
+                    }};
+                }
+                let _ = each_bus!(go_f);
+                for (k, (name, ours, v)) in five.into_iter().enumerate() {
+                    if run == 0 {
+                        rows.push((name, ours, Vec::new()));
+                    }
+                    rows[k].2.push(v);
+                }
+            }
+            let labels = ["p50", "p90", "p99", "p99.9", "max"];
+            for (q, label) in labels.iter().enumerate() {
+                let table: Vec<(&'static str, bool, Vec<f64>)> =
+                    rows.iter().map(|(n, o, v)| (*n, *o, v.iter().map(|x| x[q]).collect())).collect();
+                r.table(
+                    &format!(
+                        "## {scenario} 1→{subs} {label} (ns; one message per {period:?}; floor {floor:?} one-way)"
+                    ),
+                    "ns",
+                    &table,
+                    false,
+                );
+            }
+            if scenario == "lat" {
+                for (name, _, v) in &rows {
+                    let med: Vec<f64> = (0..5).map(|q| median(&mut v.iter().map(|x| x[q]).collect::<Vec<_>>())).collect();
+                    r.svg_series.push((format!("{name} (1→{subs})"), med));
+                }
+            }
+        }
+    }
+    if want("idle") {
+        let mut rows = Vec::new();
+        macro_rules! go {
+            ($bus:expr, $ours:expr) => {{
+                let bus = $bus;
+                let v = thread::scope(|s| s.spawn(|| idle(bus, &pins, o.idle)).join().unwrap());
+                (bus.name(), $ours, Some(v * 100.0))
+            }};
+        }
+        for (name, ours, v) in each_bus!(go) {
+            rows.push((name, ours, v.into_iter().collect::<Vec<_>>()));
+        }
+        r.table(
+            &format!("## idle (% of one core per subscriber, 4 subscribers waiting {:?})", o.idle),
+            "%",
+            &rows,
+            false,
+        );
+    }
+    if want("memory") {
+        let n = o.records;
+        let before = rss_bytes();
+        let t = Topic::<u64>::new("mem", TopicConfig::default().single_producer()).unwrap();
+        let mut p = t.producer().unwrap();
+        for i in 0..n {
+            p.publish(i).unwrap();
+        }
+        let grown = rss_bytes().saturating_sub(before);
+        drop(p);
+        drop(t);
+        let after_drop = rss_bytes().saturating_sub(before);
+        let t = Topic::<u64>::new("mem2", TopicConfig::default().single_producer().max_records(1 << 16)).unwrap();
+        let mut p = t.producer().unwrap();
+        for i in 0..n {
+            p.publish(i).unwrap();
+        }
+        let trimmed = rss_bytes().saturating_sub(before);
+        r.line(&format!(
+            "\n## memory (u64 records)\n\n| measure | value |\n|---|---:|\n| bytes per retained record, {n} records, unbounded topic | {:.1} (target ≤ size_of::<u64>() + 8 = 16) |\n| RSS above baseline after dropping that topic | {:.1} MiB |\n| RSS above baseline, {n} records through a topic keeping 65,536 | {:.1} MiB |",
+            grown as f64 / n as f64,
+            after_drop as f64 / 1048576.0,
+            trimmed as f64 / 1048576.0
+        ));
+    }
+    let _ = std::fs::create_dir_all("perf/results");
+    let _ = std::fs::write("perf/results/latest.md", &r.md);
+    if !r.svg_series.is_empty() {
+        let _ = std::fs::write("perf/results/latency.svg", svg(&r.svg_series));
+        println!("\n(wrote perf/results/latest.md and perf/results/latency.svg)");
+    }
+}
+
+/// A log-scale line plot of latency percentiles, one line per library.
+fn svg(series: &[(String, Vec<f64>)]) -> String {
+    let (w, h, left, top, bottom) = (900.0, 520.0, 70.0, 20.0, 40.0);
+    let right = 330.0;
+    let max = series.iter().flat_map(|(_, v)| v.iter().copied()).fold(1.0, f64::max);
+    let (lo, hi) = (10f64.log10(), max.log10().ceil().max(2.0));
+    let x = |i: usize| left + i as f64 * (w - left - right) / 4.0;
+    let y = |v: f64| top + (hi - v.max(10.0).log10()) / (hi - lo) * (h - top - bottom);
+    let mut s = format!(r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">"#);
+    let _ = write!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    for d in (lo as i32)..=(hi as i32) {
+        let yy = y(10f64.powi(d));
+        let _ = write!(s, r##"<line x1="{left}" x2="{}" y1="{yy}" y2="{yy}" stroke="#ddd"/><text x="5" y="{}">{}</text>"##, w - right, yy + 4.0, fmt_ns(10f64.powi(d)));
+    }
+    for (i, label) in ["p50", "p90", "p99", "p99.9", "max"].iter().enumerate() {
+        let _ = write!(s, r#"<text x="{}" y="{}" text-anchor="middle">{label}</text>"#, x(i), h - 15.0);
+    }
+    let colors = ["#d62728", "#ff7f0e", "#8c564b", "#1f77b4", "#17becf", "#2ca02c", "#9467bd", "#e377c2", "#7f7f7f", "#bcbd22", "#393b79", "#637939"];
+    for (k, (name, v)) in series.iter().enumerate() {
+        let c = colors[k % colors.len()];
+        let pts: Vec<String> = v.iter().enumerate().map(|(i, val)| format!("{},{}", x(i), y(*val))).collect();
+        let dash = if name.contains("1→2") { r#" stroke-dasharray="5,3""# } else { "" };
+        let _ = write!(s, r#"<polyline fill="none" stroke="{c}" stroke-width="2"{dash} points="{}"/>"#, pts.join(" "));
+        let ly = top + 14.0 * k as f64;
+        let _ = write!(s, r#"<line x1="{}" x2="{}" y1="{ly}" y2="{ly}" stroke="{c}" stroke-width="2"{dash}/><text x="{}" y="{}">{name}</text>"#, w - right + 10.0, w - right + 30.0, w - right + 35.0, ly + 4.0);
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+fn fmt_ns(v: f64) -> String {
+    if v >= 1e6 {
+        format!("{} ms", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{} µs", v / 1e3)
+    } else {
+        format!("{v} ns")
     }
 }
