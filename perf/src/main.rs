@@ -136,6 +136,15 @@ trait Tx: Send {
     }
 }
 
+/// The size of a run: `capacity` is the ring or channel size every bounded library gets (and the
+/// retention of the ring-like logbus); `total` the messages the run will send (for libraries with
+/// no back-pressure, which must hold them all).
+#[derive(Clone, Copy)]
+struct Run {
+    capacity: usize,
+    total: usize,
+}
+
 /// A library under test.
 trait Bus: Sync {
     type Tx: Tx + 'static;
@@ -151,7 +160,7 @@ trait Bus: Sync {
         &self,
         producers: usize,
         subscribers: usize,
-        capacity: usize,
+        run: Run,
         pins: &Pins,
         sink: impl Fn(usize) -> S,
     ) -> (Vec<Self::Tx>, Box<dyn FnOnce()>);
@@ -201,11 +210,11 @@ impl Bus for Logbus {
         &self,
         producers: usize,
         subscribers: usize,
-        capacity: usize,
+        run: Run,
         pins: &Pins,
         sink: impl Fn(usize) -> S,
     ) -> (Vec<LogbusTx>, Box<dyn FnOnce()>) {
-        let topic = Topic::<u64>::new("perf", (self.config)(capacity)).unwrap();
+        let topic = Topic::<u64>::new("perf", (self.config)(run.capacity)).unwrap();
         let handles = (0..subscribers)
             .map(|i| {
                 let mut reader = topic.reader(0, Start::Earliest).unwrap();
@@ -315,12 +324,12 @@ impl<W: disruptor::wait_strategies::WaitStrategy + Copy + Send + Sync + 'static>
         &self,
         producers: usize,
         subscribers: usize,
-        capacity: usize,
+        run: Run,
         pins: &Pins,
         sink: impl Fn(usize) -> S,
     ) -> (Vec<BoxedTx>, Box<dyn FnOnce()>) {
         use disruptor::{ProcessorSettings, Sequence};
-        let size = capacity.next_power_of_two();
+        let size = run.capacity.next_power_of_two();
         let handler = |i: usize| {
             let mut sink = sink(i);
             let mut done = false;
@@ -447,14 +456,14 @@ impl<C: Channel + 'static> Bus for Channels<C> {
         &self,
         producers: usize,
         subscribers: usize,
-        capacity: usize,
+        run: Run,
         pins: &Pins,
         sink: impl Fn(usize) -> S,
     ) -> (Vec<ChannelTx<C>>, Box<dyn FnOnce()>) {
         let mut senders = Vec::new();
         let handles = (0..subscribers)
             .map(|i| {
-                let (s, mut r) = self.1.pair(capacity.min(1 << 16));
+                let (s, mut r) = self.1.pair(run.capacity);
                 senders.push(s);
                 let mut sink = sink(i);
                 let pins = pins.clone();
@@ -491,12 +500,12 @@ impl Bus for TokioBroadcast {
         &self,
         producers: usize,
         subscribers: usize,
-        capacity: usize,
+        run: Run,
         pins: &Pins,
         sink: impl Fn(usize) -> S,
     ) -> (Vec<TokioTx>, Box<dyn FnOnce()>) {
         // Sized to hold the whole run, so that no receiver ever lags (it has no back-pressure).
-        let (tx, _) = tokio::sync::broadcast::channel::<u64>(capacity.next_power_of_two());
+        let (tx, _) = tokio::sync::broadcast::channel::<u64>(run.total.next_power_of_two());
         let handles = (0..subscribers)
             .map(|i| {
                 let mut rx = tx.subscribe();
@@ -538,11 +547,11 @@ impl Bus for BusCrate {
         &self,
         _producers: usize,
         subscribers: usize,
-        capacity: usize,
+        run: Run,
         pins: &Pins,
         sink: impl Fn(usize) -> S,
     ) -> (Vec<BusTx>, Box<dyn FnOnce()>) {
-        let mut b = bus::Bus::new(capacity.min(1 << 16));
+        let mut b = bus::Bus::new(run.capacity);
         let handles = (0..subscribers)
             .map(|i| {
                 let mut rx = b.add_rx();
@@ -587,11 +596,11 @@ impl Bus for MultiQueue {
         &self,
         producers: usize,
         subscribers: usize,
-        capacity: usize,
+        run: Run,
         pins: &Pins,
         sink: impl Fn(usize) -> S,
     ) -> (Vec<MultiQueueTx>, Box<dyn FnOnce()>) {
-        let (tx, rx) = multiqueue2::broadcast_queue::<u64>(capacity.min(1 << 16) as u64);
+        let (tx, rx) = multiqueue2::broadcast_queue::<u64>(run.capacity as u64);
         let handles = (0..subscribers)
             .map(|i| {
                 let stream = rx.add_stream();
@@ -633,7 +642,7 @@ impl Bus for MutexLog {
         &self,
         producers: usize,
         subscribers: usize,
-        _capacity: usize,
+        _run: Run,
         pins: &Pins,
         sink: impl Fn(usize) -> S,
     ) -> (Vec<MutexLogTx>, Box<dyn FnOnce()>) {
@@ -683,6 +692,9 @@ struct Options {
     what: String,
 }
 
+/// The ring, channel or retention size every bounded contender gets.
+const CAPACITY: usize = 1 << 16;
+
 /// Producer `p`'s message `k` in a multi-producer run.
 fn tagged(p: u64, k: u64) -> u64 {
     p << 48 | k
@@ -714,8 +726,9 @@ fn tput<B: Bus>(bus: &B, o: &Options, pins: &Pins, producers: usize, subs: usize
     let total = per * producers as u64;
     let done = Arc::new(Mutex::new(Vec::new()));
     let d2 = done.clone();
+    let run = Run { capacity: CAPACITY, total: total as usize };
     let (txs, join) =
-        bus.start(producers, subs, total as usize, pins, move |_| order_sink(producers, total, d2.clone()));
+        bus.start(producers, subs, run, pins, move |_| order_sink(producers, total, d2.clone()));
     let barrier = Arc::new(Barrier::new(producers + 1));
     let handles: Vec<_> = txs
         .into_iter()
@@ -762,7 +775,8 @@ fn latency<B: Bus>(bus: &B, pins: &Pins, subs: usize, period: Duration, samples:
     let base = Instant::now();
     let hists = Arc::new(Mutex::new(Vec::new()));
     let h2 = hists.clone();
-    let (txs, join) = bus.start(1, subs, 1 << 16, pins, move |_| {
+    let run = Run { capacity: CAPACITY, total: total as usize };
+    let (txs, join) = bus.start(1, subs, run, pins, move |_| {
         let hists = h2.clone();
         let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).unwrap();
         let mut got = 0u64;
@@ -821,7 +835,7 @@ fn cpu_time() -> Duration {
 /// Idle: CPU used by 4 subscribers waiting for a message that does not come, as a fraction of one
 /// core per subscriber.
 fn idle<B: Bus>(bus: &B, pins: &Pins, wait: Duration) -> f64 {
-    let (txs, join) = bus.start(1, 4, 1 << 10, pins, |_| {
+    let (txs, join) = bus.start(1, 4, Run { capacity: CAPACITY, total: 2 }, pins, |_| {
         let mut got = 0;
         move |_v: u64| {
             got += 1;
@@ -939,6 +953,7 @@ fn main() {
         what: "all".into(),
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
+    let quick = args.iter().any(|a| a == "--quick");
     let mut i = 0;
     while i < args.len() {
         let num = |i: usize| args.get(i).and_then(|s| s.parse::<u64>().ok());
@@ -1134,6 +1149,9 @@ fn main() {
             after_drop as f64 / 1048576.0,
             trimmed as f64 / 1048576.0
         ));
+    }
+    if quick {
+        return; // a smoke run: keep the last full results
     }
     let _ = std::fs::create_dir_all("perf/results");
     let _ = std::fs::write("perf/results/latest.md", &r.md);
