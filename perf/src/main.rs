@@ -39,7 +39,9 @@ struct Pins {
 
 impl Pins {
     fn new() -> Self {
-        Pins { cores: core_affinity::get_core_ids().unwrap_or_default() }
+        Pins {
+            cores: core_affinity::get_core_ids().unwrap_or_default(),
+        }
     }
 
     fn producer(&self) {
@@ -57,7 +59,9 @@ impl Pins {
 
     fn subscriber(&self, i: usize) {
         if !self.cores.is_empty() {
-            core_affinity::set_for_current(core_affinity::CoreId { id: self.subscriber_core(i) });
+            core_affinity::set_for_current(core_affinity::CoreId {
+                id: self.subscriber_core(i),
+            });
         }
     }
 
@@ -65,8 +69,9 @@ impl Pins {
         if self.cores.is_empty() {
             return "unpinned".into();
         }
-        let subs: Vec<String> =
-            (0..subscribers).map(|i| self.subscriber_core(i).to_string()).collect();
+        let subs: Vec<String> = (0..subscribers)
+            .map(|i| self.subscriber_core(i).to_string())
+            .collect();
         format!(
             "{producers} producer(s) on core {}, subscribers on cores [{}]",
             self.cores[0].id,
@@ -238,7 +243,9 @@ impl Bus for Logbus {
                 })
             })
             .collect();
-        let txs = (0..producers).map(|_| LogbusTx(topic.producer().unwrap())).collect();
+        let txs = (0..producers)
+            .map(|_| LogbusTx(topic.producer().unwrap()))
+            .collect();
         (txs, join_all(handles))
     }
 }
@@ -313,7 +320,9 @@ impl Tx for BoxedTx {
     }
 }
 
-impl<W: disruptor::wait_strategies::WaitStrategy + Copy + Send + Sync + 'static> Bus for Disruptor<W> {
+impl<W: disruptor::wait_strategies::WaitStrategy + Copy + Send + Sync + 'static> Bus
+    for Disruptor<W>
+{
     // The producer's type depends on the number of handlers; boxing costs one indirect call per
     // message, which the Disruptor's own benchmarks avoid: noted in the README.
     type Tx = BoxedTx;
@@ -345,7 +354,12 @@ impl<W: disruptor::wait_strategies::WaitStrategy + Copy + Send + Sync + 'static>
                 let b = $builder.pin_at_core(core(0)).handle_events_with(handler(0));
                 match subscribers {
                     1 => split(b.build(), producers),
-                    2 => split(b.pin_at_core(core(1)).handle_events_with(handler(1)).build(), producers),
+                    2 => split(
+                        b.pin_at_core(core(1))
+                            .handle_events_with(handler(1))
+                            .build(),
+                        producers,
+                    ),
                     4 => split(
                         b.pin_at_core(core(1))
                             .handle_events_with(handler(1))
@@ -368,7 +382,9 @@ impl<W: disruptor::wait_strategies::WaitStrategy + Copy + Send + Sync + 'static>
             p: P,
             n: usize,
         ) -> Vec<BoxedTx> {
-            (0..n).map(|_| Box::new(DisruptorTx(p.clone())) as BoxedTx).collect()
+            (0..n)
+                .map(|_| Box::new(DisruptorTx(p.clone())) as BoxedTx)
+                .collect()
         }
         let txs = if producers == 1 {
             fan_out!(disruptor::build_single_producer(size, || 0u64, self.1))
@@ -379,7 +395,9 @@ impl<W: disruptor::wait_strategies::WaitStrategy + Copy + Send + Sync + 'static>
             match subscribers {
                 1 => split_multi(b.build(), producers),
                 2 => split_multi(
-                    b.pin_at_core(core(1)).handle_events_with(handler(1)).build(),
+                    b.pin_at_core(core(1))
+                        .handle_events_with(handler(1))
+                        .build(),
                     producers,
                 ),
                 n => panic!("no multi-producer disruptor set-up for {n} subscribers"),
@@ -718,7 +736,14 @@ fn order_sink(producers: usize, expected: u64, done: Arc<Mutex<Vec<Instant>>>) -
 }
 
 /// Throughput: messages per second of the slowest subscriber, in millions.
-fn tput<B: Bus>(bus: &B, o: &Options, pins: &Pins, producers: usize, subs: usize, batch: bool) -> Option<f64> {
+fn tput<B: Bus>(
+    bus: &B,
+    o: &Options,
+    pins: &Pins,
+    producers: usize,
+    subs: usize,
+    batch: bool,
+) -> Option<f64> {
     if producers > bus.max_producers() {
         return None;
     }
@@ -726,9 +751,13 @@ fn tput<B: Bus>(bus: &B, o: &Options, pins: &Pins, producers: usize, subs: usize
     let total = per * producers as u64;
     let done = Arc::new(Mutex::new(Vec::new()));
     let d2 = done.clone();
-    let run = Run { capacity: CAPACITY, total: total as usize };
-    let (txs, join) =
-        bus.start(producers, subs, run, pins, move |_| order_sink(producers, total, d2.clone()));
+    let run = Run {
+        capacity: CAPACITY,
+        total: total as usize,
+    };
+    let (txs, join) = bus.start(producers, subs, run, pins, move |_| {
+        order_sink(producers, total, d2.clone())
+    });
     let barrier = Arc::new(Barrier::new(producers + 1));
     let handles: Vec<_> = txs
         .into_iter()
@@ -755,8 +784,9 @@ fn tput<B: Bus>(bus: &B, o: &Options, pins: &Pins, producers: usize, subs: usize
             })
         })
         .collect();
-    barrier.wait();
+    // Taken before releasing the producers: a short run can finish before this thread wakes up.
     let start = Instant::now();
+    barrier.wait();
     for h in handles {
         h.join().unwrap();
     }
@@ -769,13 +799,22 @@ fn tput<B: Bus>(bus: &B, o: &Options, pins: &Pins, producers: usize, subs: usize
 /// Latency: one producer sends on a fixed schedule (one message per `period`), each message
 /// carrying its scheduled send time; subscribers record `now - scheduled` (so a late send counts
 /// against the library: corrected for coordinated omission). Returns the merged histogram.
-fn latency<B: Bus>(bus: &B, pins: &Pins, subs: usize, period: Duration, samples: u64) -> Histogram<u64> {
+fn latency<B: Bus>(
+    bus: &B,
+    pins: &Pins,
+    subs: usize,
+    period: Duration,
+    samples: u64,
+) -> Histogram<u64> {
     let warmup = samples / 10;
     let total = warmup + samples;
     let base = Instant::now();
     let hists = Arc::new(Mutex::new(Vec::new()));
     let h2 = hists.clone();
-    let run = Run { capacity: CAPACITY, total: total as usize };
+    let run = Run {
+        capacity: CAPACITY,
+        total: total as usize,
+    };
     let (txs, join) = bus.start(1, subs, run, pins, move |_| {
         let hists = h2.clone();
         let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).unwrap();
@@ -835,13 +874,22 @@ fn cpu_time() -> Duration {
 /// Idle: CPU used by 4 subscribers waiting for a message that does not come, as a fraction of one
 /// core per subscriber.
 fn idle<B: Bus>(bus: &B, pins: &Pins, wait: Duration) -> f64 {
-    let (txs, join) = bus.start(1, 4, Run { capacity: CAPACITY, total: 2 }, pins, |_| {
-        let mut got = 0;
-        move |_v: u64| {
-            got += 1;
-            got == 2
-        }
-    });
+    let (txs, join) = bus.start(
+        1,
+        4,
+        Run {
+            capacity: CAPACITY,
+            total: 2,
+        },
+        pins,
+        |_| {
+            let mut got = 0;
+            move |_v: u64| {
+                got += 1;
+                got == 2
+            }
+        },
+    );
     let mut tx = txs.into_iter().next().unwrap();
     tx.send(0);
     thread::sleep(Duration::from_millis(300)); // let them settle into their idle state
@@ -857,7 +905,11 @@ fn idle<B: Bus>(bus: &B, pins: &Pins, wait: Duration) -> f64 {
 /// Resident set size of this process.
 fn rss_bytes() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: u64 = statm.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
     // SAFETY: sysconf has no preconditions.
     pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64
 }
@@ -874,13 +926,52 @@ fn median(v: &mut [f64]) -> f64 {
 macro_rules! each_bus {
     ($f:ident) => {{
         let mut out: Vec<(&'static str, bool, Option<f64>)> = Vec::new();
-        out.push($f!(&Logbus { name: "logbus single producer", config: logbus_single, single: true }, true));
-        out.push($f!(&Logbus { name: "logbus single producer, ring-like", config: logbus_ring, single: true }, true));
-        out.push($f!(&Logbus { name: "logbus multi producer", config: logbus_multi, single: false }, true));
-        out.push($f!(&Disruptor("disruptor BusySpin", disruptor::BusySpin), false));
-        out.push($f!(&Disruptor("disruptor BusySpinWithSpinLoopHint", disruptor::BusySpinWithSpinLoopHint), false));
-        out.push($f!(&Disruptor("disruptor Sleep(10µs)", disruptor::Sleep::new(Duration::from_micros(10))), false));
-        out.push($f!(&Channels("crossbeam-channel per subscriber", CrossbeamChannel), false));
+        out.push($f!(
+            &Logbus {
+                name: "logbus single producer",
+                config: logbus_single,
+                single: true
+            },
+            true
+        ));
+        out.push($f!(
+            &Logbus {
+                name: "logbus single producer, ring-like",
+                config: logbus_ring,
+                single: true
+            },
+            true
+        ));
+        out.push($f!(
+            &Logbus {
+                name: "logbus multi producer",
+                config: logbus_multi,
+                single: false
+            },
+            true
+        ));
+        out.push($f!(
+            &Disruptor("disruptor BusySpin", disruptor::BusySpin),
+            false
+        ));
+        out.push($f!(
+            &Disruptor(
+                "disruptor BusySpinWithSpinLoopHint",
+                disruptor::BusySpinWithSpinLoopHint
+            ),
+            false
+        ));
+        out.push($f!(
+            &Disruptor(
+                "disruptor Sleep(10µs)",
+                disruptor::Sleep::new(Duration::from_micros(10))
+            ),
+            false
+        ));
+        out.push($f!(
+            &Channels("crossbeam-channel per subscriber", CrossbeamChannel),
+            false
+        ));
         out.push($f!(&Channels("kanal per subscriber", KanalChannel), false));
         out.push($f!(&TokioBroadcast, false));
         out.push($f!(&BusCrate, false));
@@ -903,15 +994,28 @@ impl Report {
     }
 
     /// A table of one figure per contender (median, min, max over runs), higher or lower better.
-    fn table(&mut self, title: &str, unit: &str, rows: &[(&'static str, bool, Vec<f64>)], higher_is_better: bool) {
+    fn table(
+        &mut self,
+        title: &str,
+        unit: &str,
+        rows: &[(&'static str, bool, Vec<f64>)],
+        higher_is_better: bool,
+    ) {
         self.line("");
         self.line(title);
         self.line("");
-        self.line(&format!("| contender | median {unit} | min | max | logbus / best peer |"));
+        self.line(&format!(
+            "| contender | median {unit} | min | max | logbus / best peer |"
+        ));
         self.line("|---|---:|---:|---:|---:|");
-        let med: Vec<Option<f64>> =
-            rows.iter().map(|(_, _, v)| (!v.is_empty()).then(|| median(&mut v.clone()))).collect();
-        let peers = rows.iter().zip(&med).filter(|((_, ours, _), m)| !ours && m.is_some());
+        let med: Vec<Option<f64>> = rows
+            .iter()
+            .map(|(_, _, v)| (!v.is_empty()).then(|| median(&mut v.clone())))
+            .collect();
+        let peers = rows
+            .iter()
+            .zip(&med)
+            .filter(|((_, ours, _), m)| !ours && m.is_some());
         let best_peer = if higher_is_better {
             peers.map(|(_, m)| m.unwrap()).fold(f64::NAN, f64::max)
         } else {
@@ -924,11 +1028,19 @@ impl Report {
                     let mut sorted = v.clone();
                     sorted.sort_by(|a, b| a.partial_cmp(b).unwrap());
                     let ratio = if *ours {
-                        if higher_is_better { m / best_peer } else { best_peer / m }
+                        if higher_is_better {
+                            m / best_peer
+                        } else {
+                            best_peer / m
+                        }
                     } else {
                         f64::NAN
                     };
-                    let ratio = if ratio.is_nan() { String::new() } else { format!("{ratio:.2}×") };
+                    let ratio = if ratio.is_nan() {
+                        String::new()
+                    } else {
+                        format!("{ratio:.2}×")
+                    };
                     self.line(&format!(
                         "| {name} | {m:.2} | {:.2} | {:.2} | {ratio} |",
                         sorted[0],
@@ -938,7 +1050,7 @@ impl Report {
             }
         }
         if !higher_is_better {
-            self.line("\n(for latency the ratio is best peer / logbus: above 1 means logbus is faster)");
+            self.line("\n(lower is better here, so the ratio is best peer / logbus: above 1 means logbus is better)");
         }
     }
 }
@@ -990,7 +1102,10 @@ fn main() {
     }
     let pins = Pins::new();
     let want = |s: &str| o.what == "all" || o.what == s;
-    let mut r = Report { md: String::new(), svg_series: Vec::new() };
+    let mut r = Report {
+        md: String::new(),
+        svg_series: Vec::new(),
+    };
     r.line("# logbus perf: side by side");
     r.line(&format!(
         "\nmachine: {} cores ({}); {} records per throughput run; {} latency samples (lat-slow {}); median of {} run(s)",
@@ -1004,11 +1119,14 @@ fn main() {
         o.slow_samples,
         o.runs
     ));
-    let floor_now = |pins: &Pins| wait_for_fast_state(pins, Duration::from_nanos(120), Duration::from_secs(20));
+    let floor_now =
+        |pins: &Pins| wait_for_fast_state(pins, Duration::from_nanos(120), Duration::from_secs(20));
 
     if want("floor") {
         let f = floor_now(&pins);
-        r.line(&format!("\n## floor\n\ncore-to-core one-way latency: {f:?}"));
+        r.line(&format!(
+            "\n## floor\n\ncore-to-core one-way latency: {f:?}"
+        ));
     }
     for (scenario, batch) in [("tput", false), ("batch", true)] {
         if !want(scenario) {
@@ -1024,7 +1142,11 @@ fn main() {
                         if std::env::var_os("PERF_TRACE").is_some() {
                             eprintln!("{scenario} {producers}->{subs}: {}", bus.name());
                         }
-                        let v = thread::scope(|s| s.spawn(|| tput(bus, &o, &pins, producers, subs, batch)).join().unwrap());
+                        let v = thread::scope(|s| {
+                            s.spawn(|| tput(bus, &o, &pins, producers, subs, batch))
+                                .join()
+                                .unwrap()
+                        });
                         (bus.name(), $ours, v)
                     }};
                 }
@@ -1063,9 +1185,17 @@ fn main() {
                 macro_rules! go {
                     ($bus:expr, $ours:expr) => {{
                         let bus = $bus;
-                        let h = thread::scope(|s| s.spawn(|| latency(bus, &pins, subs, period, samples)).join().unwrap());
+                        let h = thread::scope(|s| {
+                            s.spawn(|| latency(bus, &pins, subs, period, samples))
+                                .join()
+                                .unwrap()
+                        });
                         let q = [0.5, 0.9, 0.99, 0.999].map(|q| h.value_at_quantile(q) as f64);
-                        (bus.name(), $ours, Some([q[0], q[1], q[2], q[3], h.max() as f64]))
+                        (
+                            bus.name(),
+                            $ours,
+                            Some([q[0], q[1], q[2], q[3], h.max() as f64]),
+                        )
                     }};
                 }
                 // `each_bus!` collects `Option<f64>`; latency needs five numbers, so keep them aside.
@@ -1087,8 +1217,10 @@ fn main() {
             }
             let labels = ["p50", "p90", "p99", "p99.9", "max"];
             for (q, label) in labels.iter().enumerate() {
-                let table: Vec<(&'static str, bool, Vec<f64>)> =
-                    rows.iter().map(|(n, o, v)| (*n, *o, v.iter().map(|x| x[q]).collect())).collect();
+                let table: Vec<(&'static str, bool, Vec<f64>)> = rows
+                    .iter()
+                    .map(|(n, o, v)| (*n, *o, v.iter().map(|x| x[q]).collect()))
+                    .collect();
                 r.table(
                     &format!(
                         "## {scenario} 1→{subs} {label} (ns; one message per {period:?}; floor {floor:?} one-way)"
@@ -1100,7 +1232,9 @@ fn main() {
             }
             if scenario == "lat" {
                 for (name, _, v) in &rows {
-                    let med: Vec<f64> = (0..5).map(|q| median(&mut v.iter().map(|x| x[q]).collect::<Vec<_>>())).collect();
+                    let med: Vec<f64> = (0..5)
+                        .map(|q| median(&mut v.iter().map(|x| x[q]).collect::<Vec<_>>()))
+                        .collect();
                     r.svg_series.push((format!("{name} (1→{subs})"), med));
                 }
             }
@@ -1119,7 +1253,10 @@ fn main() {
             rows.push((name, ours, v.into_iter().collect::<Vec<_>>()));
         }
         r.table(
-            &format!("## idle (% of one core per subscriber, 4 subscribers waiting {:?})", o.idle),
+            &format!(
+                "## idle (% of one core per subscriber, 4 subscribers waiting {:?})",
+                o.idle
+            ),
             "%",
             &rows,
             false,
@@ -1137,7 +1274,13 @@ fn main() {
         drop(p);
         drop(t);
         let after_drop = rss_bytes().saturating_sub(before);
-        let t = Topic::<u64>::new("mem2", TopicConfig::default().single_producer().max_records(1 << 16)).unwrap();
+        let t = Topic::<u64>::new(
+            "mem2",
+            TopicConfig::default()
+                .single_producer()
+                .max_records(1 << 16),
+        )
+        .unwrap();
         let mut p = t.producer().unwrap();
         for i in 0..n {
             p.publish(i).unwrap();
@@ -1165,27 +1308,65 @@ fn main() {
 fn svg(series: &[(String, Vec<f64>)]) -> String {
     let (w, h, left, top, bottom) = (900.0, 520.0, 70.0, 20.0, 40.0);
     let right = 330.0;
-    let max = series.iter().flat_map(|(_, v)| v.iter().copied()).fold(1.0, f64::max);
+    let max = series
+        .iter()
+        .flat_map(|(_, v)| v.iter().copied())
+        .fold(1.0, f64::max);
     let (lo, hi) = (10f64.log10(), max.log10().ceil().max(2.0));
     let x = |i: usize| left + i as f64 * (w - left - right) / 4.0;
     let y = |v: f64| top + (hi - v.max(10.0).log10()) / (hi - lo) * (h - top - bottom);
-    let mut s = format!(r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">"#);
+    let mut s = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">"#
+    );
     let _ = write!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
     for d in (lo as i32)..=(hi as i32) {
         let yy = y(10f64.powi(d));
-        let _ = write!(s, r##"<line x1="{left}" x2="{}" y1="{yy}" y2="{yy}" stroke="#ddd"/><text x="5" y="{}">{}</text>"##, w - right, yy + 4.0, fmt_ns(10f64.powi(d)));
+        let _ = write!(
+            s,
+            r##"<line x1="{left}" x2="{}" y1="{yy}" y2="{yy}" stroke="#ddd"/><text x="5" y="{}">{}</text>"##,
+            w - right,
+            yy + 4.0,
+            fmt_ns(10f64.powi(d))
+        );
     }
     for (i, label) in ["p50", "p90", "p99", "p99.9", "max"].iter().enumerate() {
-        let _ = write!(s, r#"<text x="{}" y="{}" text-anchor="middle">{label}</text>"#, x(i), h - 15.0);
+        let _ = write!(
+            s,
+            r#"<text x="{}" y="{}" text-anchor="middle">{label}</text>"#,
+            x(i),
+            h - 15.0
+        );
     }
-    let colors = ["#d62728", "#ff7f0e", "#8c564b", "#1f77b4", "#17becf", "#2ca02c", "#9467bd", "#e377c2", "#7f7f7f", "#bcbd22", "#393b79", "#637939"];
+    let colors = [
+        "#d62728", "#ff7f0e", "#8c564b", "#1f77b4", "#17becf", "#2ca02c", "#9467bd", "#e377c2",
+        "#7f7f7f", "#bcbd22", "#393b79", "#637939",
+    ];
     for (k, (name, v)) in series.iter().enumerate() {
         let c = colors[k % colors.len()];
-        let pts: Vec<String> = v.iter().enumerate().map(|(i, val)| format!("{},{}", x(i), y(*val))).collect();
-        let dash = if name.contains("1→2") { r#" stroke-dasharray="5,3""# } else { "" };
-        let _ = write!(s, r#"<polyline fill="none" stroke="{c}" stroke-width="2"{dash} points="{}"/>"#, pts.join(" "));
+        let pts: Vec<String> = v
+            .iter()
+            .enumerate()
+            .map(|(i, val)| format!("{},{}", x(i), y(*val)))
+            .collect();
+        let dash = if name.contains("1→2") {
+            r#" stroke-dasharray="5,3""#
+        } else {
+            ""
+        };
+        let _ = write!(
+            s,
+            r#"<polyline fill="none" stroke="{c}" stroke-width="2"{dash} points="{}"/>"#,
+            pts.join(" ")
+        );
         let ly = top + 14.0 * k as f64;
-        let _ = write!(s, r#"<line x1="{}" x2="{}" y1="{ly}" y2="{ly}" stroke="{c}" stroke-width="2"{dash}/><text x="{}" y="{}">{name}</text>"#, w - right + 10.0, w - right + 30.0, w - right + 35.0, ly + 4.0);
+        let _ = write!(
+            s,
+            r#"<line x1="{}" x2="{}" y1="{ly}" y2="{ly}" stroke="{c}" stroke-width="2"{dash}/><text x="{}" y="{}">{name}</text>"#,
+            w - right + 10.0,
+            w - right + 30.0,
+            w - right + 35.0,
+            ly + 4.0
+        );
     }
     s.push_str("</svg>\n");
     s
