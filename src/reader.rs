@@ -42,7 +42,19 @@ const SCAN: u64 = 256;
 /// A blocking cursor over one partition of a topic.
 ///
 /// Records are borrowed: [`Record`] derefs to `&T`, valid until the reader is used again. Nothing is
-/// cloned or allocated per record.
+/// cloned or allocated per record. The borrow checker enforces it: a record cannot be kept across
+/// the next read (clone the value if you need it longer).
+///
+/// ```compile_fail
+/// use logbus::{Start, Topic, TopicConfig};
+/// let topic = Topic::<String>::new("t", TopicConfig::default()).unwrap();
+/// topic.publish("a".into()).unwrap();
+/// topic.publish("b".into()).unwrap();
+/// let mut reader = topic.reader(0, Start::Earliest).unwrap();
+/// let first = reader.next().unwrap();
+/// let second = reader.next().unwrap(); // error: `reader` is still borrowed by `first`
+/// println!("{} {}", *first, *second);
+/// ```
 ///
 /// ```
 /// use logbus::{Broker, ReadError, Start, TopicConfig};

@@ -54,6 +54,14 @@ pub(crate) struct TopicInner<T: Send + Sync + 'static> {
 
 /// A named, typed stream of records, split into partitions. Cloning is cheap (one `Arc`).
 ///
+/// Records are shared by every reader on every thread, so `T` must be `Send + Sync`:
+///
+/// ```compile_fail
+/// use std::rc::Rc;
+/// use logbus::{Topic, TopicConfig};
+/// let topic = Topic::<Rc<u8>>::new("t", TopicConfig::default()); // error: `Rc` is not `Send`
+/// ```
+///
 /// Every reader of a partition receives every record of it, in offset order, at its own pace.
 /// Records with the same key go to the same partition, so their order is kept.
 ///
