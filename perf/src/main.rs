@@ -708,6 +708,8 @@ struct Options {
     slow_samples: u64,
     idle: Duration,
     what: String,
+    /// Throughput rows only for contenders whose name contains one of these (comma-separated).
+    only: Option<String>,
 }
 
 /// The ring, channel or retention size every bounded contender gets.
@@ -1063,6 +1065,7 @@ fn main() {
         slow_samples: 20_000,
         idle: Duration::from_secs(2),
         what: "all".into(),
+        only: None,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
@@ -1084,6 +1087,10 @@ fn main() {
             "--runs" => {
                 i += 1;
                 o.runs = num(i).expect("--runs K") as usize;
+            }
+            "--only" => {
+                i += 1;
+                o.only = args.get(i).cloned();
             }
             "--samples" => {
                 i += 1;
