@@ -1300,8 +1300,8 @@ fn main() {
             trimmed as f64 / 1048576.0
         ));
     }
-    if quick {
-        return; // a smoke run: keep the last full results
+    if quick || o.what != "all" || o.only.is_some() {
+        return; // a smoke or partial run: keep the last full results
     }
     let _ = std::fs::create_dir_all("perf/results");
     let _ = std::fs::write("perf/results/latest.md", &r.md);
