@@ -171,7 +171,25 @@ trait Bus: Sync {
     ) -> (Vec<Self::Tx>, Box<dyn FnOnce()>);
 }
 
-fn join_all(handles: Vec<thread::JoinHandle<()>>) -> Box<dyn FnOnce()> {
+/// Spawns one pinned subscriber thread per receiver, running `body(receiver, sink)`, and returns a
+/// function that joins them all.
+fn spawn_each<R: Send + 'static, S: Sink>(
+    pins: &Pins,
+    receivers: Vec<R>,
+    sink: impl Fn(usize) -> S,
+    body: fn(R, S),
+) -> Box<dyn FnOnce()> {
+    let handles: Vec<_> = receivers
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let (s, pins) = (sink(i), pins.clone());
+            thread::spawn(move || {
+                pins.subscriber(i);
+                body(r, s)
+            })
+        })
+        .collect();
     Box::new(move || {
         for h in handles {
             h.join().unwrap();
@@ -220,33 +238,26 @@ impl Bus for Logbus {
         sink: impl Fn(usize) -> S,
     ) -> (Vec<LogbusTx>, Box<dyn FnOnce()>) {
         let topic = Topic::<u64>::new("perf", (self.config)(run.capacity)).unwrap();
-        let handles = (0..subscribers)
-            .map(|i| {
-                let mut reader = topic.reader(0, Start::Earliest).unwrap();
-                let mut sink = sink(i);
-                let pins = pins.clone();
-                thread::spawn(move || {
-                    pins.subscriber(i);
-                    loop {
-                        match reader.next_batch(4096) {
-                            Ok(b) => {
-                                for v in b.values() {
-                                    if sink(*v) {
-                                        return;
-                                    }
-                                }
-                            }
-                            Err(ReadError::Lagged(n)) => panic!("lagged by {n}"),
-                            Err(e) => panic!("{e}"),
+        let readers = (0..subscribers)
+            .map(|_| topic.reader(0, Start::Earliest).unwrap())
+            .collect();
+        let join = spawn_each(pins, readers, sink, |mut reader, mut sink| loop {
+            match reader.next_batch(4096) {
+                Ok(b) => {
+                    for v in b.values() {
+                        if sink(*v) {
+                            return;
                         }
                     }
-                })
-            })
-            .collect();
+                }
+                Err(ReadError::Lagged(n)) => panic!("lagged by {n}"),
+                Err(e) => panic!("{e}"),
+            }
+        });
         let txs = (0..producers)
             .map(|_| LogbusTx(topic.producer().unwrap()))
             .collect();
-        (txs, join_all(handles))
+        (txs, join)
     }
 }
 
@@ -478,21 +489,16 @@ impl<C: Channel + 'static> Bus for Channels<C> {
         pins: &Pins,
         sink: impl Fn(usize) -> S,
     ) -> (Vec<ChannelTx<C>>, Box<dyn FnOnce()>) {
-        let mut senders = Vec::new();
-        let handles = (0..subscribers)
-            .map(|i| {
-                let (s, mut r) = self.1.pair(run.capacity);
-                senders.push(s);
-                let mut sink = sink(i);
-                let pins = pins.clone();
-                thread::spawn(move || {
-                    pins.subscriber(i);
-                    while !sink(C::recv(&mut r)) {}
-                })
-            })
-            .collect();
+        let (senders, receivers): (Vec<_>, Vec<_>) =
+            (0..subscribers).map(|_| self.1.pair(run.capacity)).unzip();
+        let join = spawn_each(
+            pins,
+            receivers,
+            sink,
+            |mut r, mut sink| while !sink(C::recv(&mut r)) {},
+        );
         let txs = (0..producers).map(|_| ChannelTx(senders.clone())).collect();
-        (txs, join_all(handles))
+        (txs, join)
     }
 }
 
@@ -524,19 +530,12 @@ impl Bus for TokioBroadcast {
     ) -> (Vec<TokioTx>, Box<dyn FnOnce()>) {
         // Sized to hold the whole run, so that no receiver ever lags (it has no back-pressure).
         let (tx, _) = tokio::sync::broadcast::channel::<u64>(run.total.next_power_of_two());
-        let handles = (0..subscribers)
-            .map(|i| {
-                let mut rx = tx.subscribe();
-                let mut sink = sink(i);
-                let pins = pins.clone();
-                thread::spawn(move || {
-                    pins.subscriber(i);
-                    while !sink(rx.blocking_recv().expect("sized not to lag")) {}
-                })
-            })
-            .collect();
+        let receivers = (0..subscribers).map(|_| tx.subscribe()).collect();
+        let join = spawn_each(pins, receivers, sink, |mut rx, mut sink| {
+            while !sink(rx.blocking_recv().expect("sized not to lag")) {}
+        });
         let txs = (0..producers).map(|_| TokioTx(tx.clone())).collect();
-        (txs, join_all(handles))
+        (txs, join)
     }
 }
 
@@ -570,18 +569,16 @@ impl Bus for BusCrate {
         sink: impl Fn(usize) -> S,
     ) -> (Vec<BusTx>, Box<dyn FnOnce()>) {
         let mut b = bus::Bus::new(run.capacity);
-        let handles = (0..subscribers)
-            .map(|i| {
-                let mut rx = b.add_rx();
-                let mut sink = sink(i);
-                let pins = pins.clone();
-                thread::spawn(move || {
-                    pins.subscriber(i);
-                    while !sink(rx.recv().unwrap()) {}
-                })
-            })
-            .collect();
-        (vec![BusTx(b)], join_all(handles))
+        let receivers = (0..subscribers).map(|_| b.add_rx()).collect();
+        let join = spawn_each(
+            pins,
+            receivers,
+            sink,
+            |mut rx, mut sink| {
+                while !sink(rx.recv().unwrap()) {}
+            },
+        );
+        (vec![BusTx(b)], join)
     }
 }
 
@@ -619,20 +616,18 @@ impl Bus for MultiQueue {
         sink: impl Fn(usize) -> S,
     ) -> (Vec<MultiQueueTx>, Box<dyn FnOnce()>) {
         let (tx, rx) = multiqueue2::broadcast_queue::<u64>(run.capacity as u64);
-        let handles = (0..subscribers)
-            .map(|i| {
-                let stream = rx.add_stream();
-                let mut sink = sink(i);
-                let pins = pins.clone();
-                thread::spawn(move || {
-                    pins.subscriber(i);
-                    while !sink(stream.recv().unwrap()) {}
-                })
-            })
-            .collect();
+        let streams = (0..subscribers).map(|_| rx.add_stream()).collect();
+        let join = spawn_each(
+            pins,
+            streams,
+            sink,
+            |stream, mut sink| {
+                while !sink(stream.recv().unwrap()) {}
+            },
+        );
         rx.unsubscribe();
         let txs = (0..producers).map(|_| MultiQueueTx(tx.clone())).collect();
-        (txs, join_all(handles))
+        (txs, join)
     }
 }
 
@@ -665,36 +660,33 @@ impl Bus for MutexLog {
         sink: impl Fn(usize) -> S,
     ) -> (Vec<MutexLogTx>, Box<dyn FnOnce()>) {
         let log = Arc::new((Mutex::new(Vec::<u64>::new()), Condvar::new()));
-        let handles = (0..subscribers)
-            .map(|i| {
-                let log = log.clone();
-                let mut sink = sink(i);
-                let pins = pins.clone();
-                thread::spawn(move || {
-                    pins.subscriber(i);
-                    let mut next = 0;
-                    let mut local = Vec::new();
-                    loop {
-                        {
-                            let (lock, cond) = &*log;
-                            let mut v = lock.lock().unwrap();
-                            while v.len() == next {
-                                v = cond.wait(v).unwrap();
-                            }
-                            local.extend_from_slice(&v[next..]);
-                            next = v.len();
+        let logs = (0..subscribers).map(|_| log.clone()).collect();
+        let join = spawn_each(
+            pins,
+            logs,
+            sink,
+            |log: Arc<(Mutex<Vec<u64>>, Condvar)>, mut sink| {
+                let (mut next, mut local) = (0, Vec::new());
+                loop {
+                    {
+                        let (lock, cond) = &*log;
+                        let mut v = lock.lock().unwrap();
+                        while v.len() == next {
+                            v = cond.wait(v).unwrap();
                         }
-                        for x in local.drain(..) {
-                            if sink(x) {
-                                return;
-                            }
+                        local.extend_from_slice(&v[next..]);
+                        next = v.len();
+                    }
+                    for x in local.drain(..) {
+                        if sink(x) {
+                            return;
                         }
                     }
-                })
-            })
-            .collect();
+                }
+            },
+        );
         let txs = (0..producers).map(|_| MutexLogTx(log.clone())).collect();
-        (txs, join_all(handles))
+        (txs, join)
     }
 }
 
