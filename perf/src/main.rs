@@ -431,39 +431,30 @@ trait Channel: Sync {
     fn recv(r: &mut Self::R) -> u64;
 }
 
-struct CrossbeamChannel;
-impl Channel for CrossbeamChannel {
-    type S = crossbeam_channel::Sender<u64>;
-    type R = crossbeam_channel::Receiver<u64>;
-    fn pair(&self, capacity: usize) -> (Self::S, Self::R) {
-        crossbeam_channel::bounded(capacity)
-    }
-    #[inline]
-    fn send(s: &Self::S, v: u64) {
-        s.send(v).unwrap();
-    }
-    #[inline]
-    fn recv(r: &mut Self::R) -> u64 {
-        r.recv().unwrap()
-    }
+/// The two channel crates have the same shape of API: one adapter, written once.
+macro_rules! channel_adapter {
+    ($name:ident, $krate:ident) => {
+        struct $name;
+        impl Channel for $name {
+            type S = $krate::Sender<u64>;
+            type R = $krate::Receiver<u64>;
+            fn pair(&self, capacity: usize) -> (Self::S, Self::R) {
+                $krate::bounded(capacity)
+            }
+            #[inline]
+            fn send(s: &Self::S, v: u64) {
+                s.send(v).unwrap();
+            }
+            #[inline]
+            fn recv(r: &mut Self::R) -> u64 {
+                r.recv().unwrap()
+            }
+        }
+    };
 }
 
-struct KanalChannel;
-impl Channel for KanalChannel {
-    type S = kanal::Sender<u64>;
-    type R = kanal::Receiver<u64>;
-    fn pair(&self, capacity: usize) -> (Self::S, Self::R) {
-        kanal::bounded(capacity)
-    }
-    #[inline]
-    fn send(s: &Self::S, v: u64) {
-        s.send(v).unwrap();
-    }
-    #[inline]
-    fn recv(r: &mut Self::R) -> u64 {
-        r.recv().unwrap()
-    }
-}
+channel_adapter!(CrossbeamChannel, crossbeam_channel);
+channel_adapter!(KanalChannel, kanal);
 
 struct ChannelTx<C: Channel>(Vec<C::S>);
 
