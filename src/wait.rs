@@ -38,6 +38,9 @@ pub(crate) fn scan<T: Send + Sync + 'static>(
     limit: u64,
 ) -> Result<Option<usize>, (usize, ReadError)> {
     let n = readers.len();
+    if n == 0 {
+        return Ok(None); // nothing to read (callers with no partitions wait on their waker instead)
+    }
     let mut closed = 0;
     for k in 0..n {
         let i = (from + k) % n;
