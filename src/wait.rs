@@ -94,7 +94,7 @@ pub(crate) fn wait_any<T: Send + Sync + 'static>(
         yield_now();
         check!();
         k += 1;
-        if k % 8 == 0 {
+        if k.is_multiple_of(8) {
             let now = Instant::now();
             if now - yield_start >= wait.yield_for || deadline.is_some_and(|d| now >= d) {
                 break;

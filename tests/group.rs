@@ -253,7 +253,7 @@ fn two_groups_see_every_record_exactly_once_under_churn() {
                 rng ^= rng << 13;
                 rng ^= rng >> 7;
                 rng ^= rng << 17;
-                if members.is_empty() || (members.len() < 4 && rng % 3 != 0) {
+                if members.is_empty() || (members.len() < 4 && !rng.is_multiple_of(3)) {
                     members.push(start_member(format!("m{next_name}")));
                     next_name += 1;
                 } else if members.len() > 1 {
