@@ -15,7 +15,7 @@
 //! # Orderings
 //! - `attention`: set with Release by `pause`/`close` (after changing the control state under its
 //!   lock), read with Acquire between records: a cheap check that avoids taking the lock per record.
-//! - `positions`, `in_flight` and `idle_waiters` use SeqCst: `wait_idle` increments the waiter count
+//! - `positions`, `assigned`, `in_flight`, `finished` and `idle_waiters` use SeqCst: `wait_idle` increments the waiter count
 //!   and then reads positions; the thread stores a position and then reads the waiter count. With all
 //!   four SeqCst, one of the two sees the other, so an idle waiter is never left sleeping.
 //! - The statistics counters are Relaxed: they are only read for snapshots.
@@ -688,6 +688,7 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
                 }
                 Fetched::Assigned(partitions) => {
                     for p in partitions {
+                        // SeqCst: see the module's Orderings.
                         self.shared.assigned[p as usize].store(true, Ordering::SeqCst);
                     }
                     self.refresh_positions(&source);
@@ -829,6 +830,7 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
                 handle: handle.clone(),
                 attempt: deliveries,
             };
+            // SeqCst: see the module's Orderings.
             self.shared.in_flight.store(1, Ordering::SeqCst);
             let result = catch_unwind(AssertUnwindSafe(|| handler(delivery)));
             let mut error = match result {
@@ -1027,6 +1029,7 @@ impl<T: Send + Sync + 'static> Subscription<T> {
         self.shared.idle_waiters.fetch_add(1, Ordering::SeqCst);
         let mut c = lock(&self.shared.control);
         let idle = loop {
+            // SeqCst loads: see the module's Orderings (paired with the thread's stores).
             let done = self.shared.finished.load(Ordering::SeqCst)
                 || (self.shared.in_flight.load(Ordering::SeqCst) == 0
                     && ends
@@ -1047,6 +1050,7 @@ impl<T: Send + Sync + 'static> Subscription<T> {
             }
         };
         drop(c);
+        // SeqCst: see the module's Orderings.
         self.shared.idle_waiters.fetch_sub(1, Ordering::SeqCst);
         idle
     }
@@ -1085,6 +1089,7 @@ impl<T: Send + Sync + 'static> Subscription<T> {
             redelivered: get(&self.shared.redelivered),
             dead_lettered: get(&self.shared.dead_lettered),
             lagged: get(&self.shared.lagged),
+            // SeqCst: as everywhere for this flag (see the module's Orderings).
             in_flight: self.shared.in_flight.load(Ordering::SeqCst),
             finished: self.is_finished(),
         }

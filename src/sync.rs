@@ -194,6 +194,7 @@ impl Futex {
         #[cfg(all(not(loom), not(target_os = "linux")))]
         {
             let deadline = std::time::Instant::now() + timeout;
+            // Acquire: like a futex wake-up, seeing the new value orders what the waker did before.
             while self.word.load(Ordering::Acquire) == expected {
                 let now = std::time::Instant::now();
                 if now >= deadline {

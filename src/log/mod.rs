@@ -589,6 +589,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         match self.slowest_reader() {
             None => true,
             Some(min) => {
+                // Relaxed: only a hint for the next check (see the load above).
                 self.min_read.store(min, Ordering::Relaxed);
                 end + n <= min.saturating_add(cap)
             }
@@ -623,6 +624,8 @@ impl<T: Send + Sync + 'static> Log<T> {
             if !self.is_closed() && !self.has_room(end(), n) {
                 self.space.wait(seq);
             }
+            // Relaxed: withdrawing costs nothing if a reader sees us a moment longer (it only
+            // makes one spare wake-up call); the count only has to be there before we sleep.
             self.state.fetch_sub(BLOCKED_ONE, Ordering::Relaxed);
         }
     }
@@ -652,6 +655,8 @@ impl<T: Send + Sync + 'static> Log<T> {
                     if !self.has_room(t, n) {
                         return Err(Refusal::Full);
                     }
+                    // Relaxed: as for `fetch_add`, atomicity alone makes offsets unique; the slots
+                    // are published by their stamps.
                     match self.tail.compare_exchange_weak(
                         t,
                         t + n,
@@ -940,6 +945,8 @@ impl<T: Send + Sync + 'static> Log<T> {
         let positions: Vec<u64> =
             self.with_readers(|list| list.iter().map(|c| c.pos.load(Ordering::Relaxed)).collect());
         let oldest = lock(&self.admin).oldest;
+        // A snapshot for statistics: each value may be a moment old, none is used to read slots, so
+        // Relaxed is enough (Acquire on `installed` only matches how it is published).
         LogStats {
             start,
             end,

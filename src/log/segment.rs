@@ -260,6 +260,7 @@ impl<T> Segment<T> {
                 }
             }
         }
+        // Relaxed: exclusive access, as for the loads above.
         self.filled.store(0, Ordering::Relaxed);
     }
 }
