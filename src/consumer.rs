@@ -14,10 +14,10 @@ use crate::{
     broker::check_name,
     error::{Error, ReadError},
     log::Waker,
-    reader::{resolve, Batch, Reader, Start},
+    reader::{resume_position, Batch, Reader, Start},
     sync::Arc,
     topic::Topic,
-    wait::{scan, wait_any, Waited},
+    wait::{scan, take_rotating, wait_any, Waited},
 };
 
 /// Where a consumer goes when retention removed records it had not read.
@@ -81,11 +81,7 @@ impl<T: Send + Sync + 'static> Consumer<T> {
         let mut started = Vec::with_capacity(readers.capacity());
         for p in 0..topic.partitions() {
             let log = topic.partition_log(p);
-            let pos = match committed.as_ref().and_then(|c| c[p as usize]) {
-                // A committed offset retention has passed is reported as lag by the first poll.
-                Some(o) => o.min(log.end()),
-                None => resolve(log, start)?,
-            };
+            let pos = resume_position(log, committed.as_ref().and_then(|c| c[p as usize]), start)?;
             started.push(pos);
             readers.push(Reader::at(Arc::clone(log), p, pos, Arc::clone(&waker)));
         }
@@ -189,8 +185,7 @@ impl<T: Send + Sync + 'static> Consumer<T> {
     }
 
     fn take(&mut self, i: usize, max: u64) -> Batch<'_, T> {
-        self.next = (i + 1) % self.readers.len();
-        self.readers[i].take_batch(max)
+        take_rotating(&mut self.readers, &mut self.next, i, max)
     }
 
     fn on_error(&mut self, i: usize, e: ReadError) -> ReadError {

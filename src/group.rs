@@ -24,10 +24,10 @@ use crate::{
     broker::check_name,
     error::{Error, ReadError},
     log::{Log, Waker},
-    reader::{resolve, Batch, Reader, Start},
+    reader::{resume_position, Batch, Reader, Start},
     sync::{lock, Arc, AtomicU64, Mutex, Ordering},
     topic::Topic,
-    wait::{scan, wait_any, Waited},
+    wait::{scan, take_rotating, wait_any, Waited},
 };
 
 /// Decides which member gets which partitions. Members are given sorted by name, so an assignor
@@ -407,10 +407,12 @@ impl<T: Send + Sync + 'static> GroupMember<T> {
                 continue;
             }
             let log = self.topic.partition_log(p);
-            let pos = match committed.as_ref().and_then(|c| c[p as usize]) {
-                Some(o) => o.min(log.end()),
-                None => resolve(log, st.start).unwrap_or_else(|_| log.start()),
-            };
+            let pos = resume_position(
+                log,
+                committed.as_ref().and_then(|c| c[p as usize]),
+                st.start,
+            )
+            .unwrap_or_else(|_| log.start()); // an offset start that retention passed
             st.owner[p as usize] = Some(self.id);
             self.readers
                 .push(Reader::at(Arc::clone(log), p, pos, Arc::clone(&self.waker)));
@@ -509,8 +511,7 @@ impl<T: Send + Sync + 'static> GroupMember<T> {
     }
 
     fn take(&mut self, i: usize, max: u64) -> Batch<'_, T> {
-        self.next = (i + 1) % self.readers.len();
-        self.readers[i].take_batch(max)
+        take_rotating(&mut self.readers, &mut self.next, i, max)
     }
 
     fn owned(&self, partition: u32) -> Result<usize, Error> {

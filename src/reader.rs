@@ -149,10 +149,7 @@ impl<T: Send + Sync + 'static> Reader<T> {
     /// [`Error::OffsetOutOfRange`] and the reader stays where it was.
     pub fn seek(&mut self, to: Start) -> Result<(), Error> {
         let pos = resolve(&self.log, to)?;
-        self.next = pos;
-        self.ready = pos;
-        self.seg = None;
-        self.log.moved(&self.cursor, pos);
+        self.reposition(pos);
         Ok(())
     }
 
@@ -303,6 +300,20 @@ impl<T: Send + Sync + 'static> Reader<T> {
 
 fn far_future() -> Instant {
     Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600)
+}
+
+/// Where a named reader (consumer, subscription, group member) resumes in a partition: at its
+/// committed offset if it has one (one that retention has passed is then reported as lag by the
+/// first read), otherwise at `start`.
+pub(crate) fn resume_position<T: Send + Sync + 'static>(
+    log: &Log<T>,
+    committed: Option<u64>,
+    start: Start,
+) -> Result<u64, Error> {
+    match committed {
+        Some(offset) => Ok(offset.min(log.end())),
+        None => resolve(log, start),
+    }
 }
 
 /// Resolves a start position against a log's retained range.

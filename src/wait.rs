@@ -17,7 +17,7 @@ use crate::{
     config::WaitStrategy,
     error::ReadError,
     log::{Log, Waker},
-    reader::Reader,
+    reader::{Batch, Reader},
     sync::{spin_hint, yield_now, Arc},
 };
 
@@ -29,6 +29,18 @@ pub(crate) enum Waited {
     TimedOut,
     /// The waker was interrupted (the interrupt is consumed).
     Interrupted,
+}
+
+/// Takes up to `max` ready records from reader `i` and makes the next look start after it, so that
+/// successive takes rotate over the readers and none starves (consumers and group members).
+pub(crate) fn take_rotating<'r, T: Send + Sync + 'static>(
+    readers: &'r mut [Reader<T>],
+    next: &mut usize,
+    i: usize,
+    max: u64,
+) -> Batch<'r, T> {
+    *next = (i + 1) % readers.len();
+    readers[i].take_batch(max)
 }
 
 /// One pass over the readers, starting at `from`: the first with records ready, or why none is.
