@@ -218,7 +218,11 @@ impl<T: Send + Sync + 'static> Topic<T> {
         values: I,
     ) -> Result<PublishedBatch, PublishError<Vec<T>>> {
         let mut values: Vec<T> = values.into_iter().collect();
-        let sizes: Vec<u64> = values.iter().map(|v| self.size_of(v)).collect();
+        // Sizes only matter with byte retention; without it the log reads a missing size as 0.
+        let sizes: Vec<u64> = match self.inner.partitions[0].size_fn() {
+            Some(f) => values.iter().map(|v| f(v) as u64).collect(),
+            None => Vec::new(),
+        };
         let partition = self.next_partition();
         let log = &self.inner.partitions[partition as usize];
         let mut w = match log.claim_writer() {
