@@ -15,9 +15,18 @@
 //! # Orderings
 //! - `attention`: set with Release by `pause`/`close` (after changing the control state under its
 //!   lock), read with Acquire between records: a cheap check that avoids taking the lock per record.
-//! - `positions`, `assigned`, `in_flight`, `finished` and `idle_waiters` use SeqCst: `wait_idle` increments the waiter count
-//!   and then reads positions; the thread stores a position and then reads the waiter count. With all
-//!   four SeqCst, one of the two sees the other, so an idle waiter is never left sleeping.
+//! - `positions` and `idle_waiters`: the thread stores a position (Release), then reads the waiter
+//!   count; `wait_idle` increments the count, then reads the positions. That store-then-load race on
+//!   both sides needs a full barrier on both, and it is the same handshake as a reader parking: the
+//!   per-record side pays only [`light_barrier`], the rare `wait_idle` pays [`heavy_barrier`] (see
+//!   [`crate::sync`]). So one side sees the other and an idle waiter is never left sleeping; the
+//!   waiter then checks under the control lock, where the thread notifies.
+//! - `in_flight`: a statistic and a hint; no fence needed. While a record is in flight its partition's
+//!   position has not passed it, so a waiter can never wrongly conclude it is idle from a stale 0.
+//!   Stored Release (when cleared) and loaded Acquire so a reader of 0 also sees the position stored
+//!   before it.
+//! - `assigned` and `finished` change rarely (rebalance, exit) and use SeqCst, followed by a notify
+//!   under the control lock.
 //! - The statistics counters are Relaxed: they are only read for snapshots.
 
 use std::{
@@ -35,7 +44,10 @@ use crate::{
     group::{GroupError, GroupMember},
     log::Waker,
     reader::{Batch, Record, Start},
-    sync::{lock, wait_timeout, Arc, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering},
+    sync::{
+        heavy_barrier, light_barrier, lock, wait_timeout, Arc, AtomicBool, AtomicU64, AtomicUsize,
+        Condvar, Mutex, Ordering,
+    },
     topic::Topic,
 };
 
@@ -216,8 +228,9 @@ impl Shared {
     }
 
     fn notify_idle_waiters(&self) {
-        // SeqCst: see the module's Orderings.
-        if self.idle_waiters.load(Ordering::SeqCst) > 0 {
+        light_barrier();
+        // Relaxed after the light barrier: see the module's Orderings (`positions`).
+        if self.idle_waiters.load(Ordering::Relaxed) > 0 {
             let _c = lock(&self.control);
             self.changed.notify_all();
         }
@@ -656,9 +669,9 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
                         }
                         match process(self, &record) {
                             Step::Done => {
-                                // SeqCst: see the module's Orderings.
+                                // Release: see the module's Orderings (`positions`).
                                 self.shared.positions[p as usize]
-                                    .store(record.offset() + 1, Ordering::SeqCst);
+                                    .store(record.offset() + 1, Ordering::Release);
                                 self.shared.notify_idle_waiters();
                                 since_commit += 1;
                                 if since_commit >= COMMIT_EVERY {
@@ -711,8 +724,8 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
     fn refresh_positions(&self, source: &Source<T>) {
         for (p, pos) in self.shared.positions.iter().enumerate() {
             if let Some(at) = source.position(p as u32) {
-                // SeqCst: see the module's Orderings.
-                pos.store(at, Ordering::SeqCst);
+                // Release: see the module's Orderings (`positions`).
+                pos.store(at, Ordering::Release);
             }
         }
         self.shared.notify_idle_waiters();
@@ -723,7 +736,8 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
         for (p, pos) in self.shared.positions.iter().enumerate() {
             if self.shared.assigned[p].load(Ordering::SeqCst) {
                 self.topic
-                    .commit_offset(key, p as u32, pos.load(Ordering::SeqCst));
+                    // Relaxed: only this thread stores positions.
+                    .commit_offset(key, p as u32, pos.load(Ordering::Relaxed));
             }
         }
     }
@@ -773,10 +787,10 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            // SeqCst: see the module's Orderings.
-            self.shared.in_flight.store(1, Ordering::SeqCst);
+            // Relaxed: see the module's Orderings (`in_flight`).
+            self.shared.in_flight.store(1, Ordering::Relaxed);
             let result = catch_unwind(AssertUnwindSafe(|| handler(record)));
-            self.shared.in_flight.store(0, Ordering::SeqCst);
+            self.shared.in_flight.store(0, Ordering::Release); // see Orderings (`in_flight`)
             let error = match result {
                 Ok(Ok(())) => {
                     self.count(&self.shared.delivered);
@@ -830,8 +844,8 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
                 handle: handle.clone(),
                 attempt: deliveries,
             };
-            // SeqCst: see the module's Orderings.
-            self.shared.in_flight.store(1, Ordering::SeqCst);
+            // Relaxed: see the module's Orderings (`in_flight`).
+            self.shared.in_flight.store(1, Ordering::Relaxed);
             let result = catch_unwind(AssertUnwindSafe(|| handler(delivery)));
             let mut error = match result {
                 Ok(Ok(())) => None,
@@ -843,7 +857,7 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
                 handle.nak(Duration::ZERO);
             }
             let outcome = self.await_outcome(token);
-            self.shared.in_flight.store(0, Ordering::SeqCst);
+            self.shared.in_flight.store(0, Ordering::Release); // see Orderings (`in_flight`)
             let retry_after = match outcome {
                 Awaited::Settled(Outcome::Ack) => {
                     self.count(&self.shared.delivered);
@@ -1025,19 +1039,20 @@ impl<T: Send + Sync + 'static> Subscription<T> {
             .map(|p| self.topic.partition_log(p).end())
             .collect();
         let deadline = Instant::now().checked_add(timeout);
-        // SeqCst: see the module's Orderings.
+        // SeqCst, then the heavy barrier: see the module's Orderings (`positions`).
         self.shared.idle_waiters.fetch_add(1, Ordering::SeqCst);
+        heavy_barrier();
         let mut c = lock(&self.shared.control);
         let idle = loop {
-            // SeqCst loads: see the module's Orderings (paired with the thread's stores).
+            // Acquire loads (SeqCst for the rare flags): see the module's Orderings.
             let done = self.shared.finished.load(Ordering::SeqCst)
-                || (self.shared.in_flight.load(Ordering::SeqCst) == 0
+                || (self.shared.in_flight.load(Ordering::Acquire) == 0
                     && ends
                         .iter()
                         .zip(&self.shared.positions)
                         .zip(&self.shared.assigned)
                         .all(|((end, pos), mine)| {
-                            !mine.load(Ordering::SeqCst) || pos.load(Ordering::SeqCst) >= *end
+                            !mine.load(Ordering::SeqCst) || pos.load(Ordering::Acquire) >= *end
                         }));
             if done {
                 break true;
@@ -1066,7 +1081,8 @@ impl<T: Send + Sync + 'static> Subscription<T> {
             .shared
             .positions
             .iter()
-            .map(|p| p.load(Ordering::SeqCst))
+            // Acquire: see the module's Orderings (`positions`).
+            .map(|p| p.load(Ordering::Acquire))
             .collect();
         let lag = positions
             .iter()
@@ -1089,8 +1105,8 @@ impl<T: Send + Sync + 'static> Subscription<T> {
             redelivered: get(&self.shared.redelivered),
             dead_lettered: get(&self.shared.dead_lettered),
             lagged: get(&self.shared.lagged),
-            // SeqCst: as everywhere for this flag (see the module's Orderings).
-            in_flight: self.shared.in_flight.load(Ordering::SeqCst),
+            // Acquire: see the module's Orderings (`in_flight`).
+            in_flight: self.shared.in_flight.load(Ordering::Acquire),
             finished: self.is_finished(),
         }
     }
