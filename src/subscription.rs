@@ -32,7 +32,6 @@
 use std::{
     fmt,
     panic::{catch_unwind, AssertUnwindSafe},
-    thread::{self, JoinHandle},
     time::{Duration, Instant},
 };
 
@@ -45,8 +44,9 @@ use crate::{
     log::Waker,
     reader::{Batch, Record, Start},
     sync::{
-        heavy_barrier, light_barrier, lock, wait_timeout, Arc, AtomicBool, AtomicU64, AtomicUsize,
-        Condvar, Mutex, Ordering,
+        heavy_barrier, light_barrier, lock,
+        thread::{self, JoinHandle},
+        wait_timeout, Arc, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering,
     },
     topic::Topic,
 };

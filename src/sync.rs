@@ -6,7 +6,8 @@
 //! loom support (`--cfg crossbeam_loom`).
 //!
 //! What lives here:
-//! - atomics, `fence`, `Arc`, `Mutex`, `UnsafeCell` (with loom's closure API on both sides);
+//! - atomics, `fence`, `Arc`, `Mutex`, `Condvar`, `thread`, `UnsafeCell` (with loom's closure API on
+//!   both sides);
 //! - [`Futex`]: a 32-bit word a thread can sleep on (atomic-wait), with a timed wait of our own;
 //! - [`light_barrier`] / [`heavy_barrier`]: the asymmetric pair used by the park/wake handshake;
 //! - [`Epoch`]: pinning for crossbeam-epoch reclamation;
@@ -35,6 +36,13 @@ pub(crate) use loom::sync::{
     atomic::{fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering},
     Arc, Condvar, Mutex, MutexGuard,
 };
+
+/// Threads (the subscriptions' own threads), so that loom can schedule them too.
+#[cfg(not(loom))]
+pub(crate) use std::thread;
+
+#[cfg(loom)]
+pub(crate) use loom::thread;
 
 pub(crate) use arc_swap::ArcSwap;
 pub(crate) use crossbeam_epoch::{unprotected, Atomic, Guard, Owned, Shared};

@@ -238,3 +238,86 @@ fn group_hand_over_never_shares_a_partition() {
         newcomer.join().unwrap();
     });
 }
+
+/// I7 and the ack deadline: the handler hands its delivery's `AckHandle` to another thread, and the
+/// deadline (1 ns here, so it has always passed by the time the subscription checks it: the check
+/// comes after a lock and a model scheduling point, microseconds later) races the ack.
+/// Exactly one side wins: either the ack settles the only delivery (the record counts as delivered,
+/// never redelivered), or the deadline expires it first, the ack is refused as stale, and the record
+/// is delivered again (then dead-lettered when that delivery is not acked either). A stale ack never
+/// settles a later delivery.
+#[test]
+fn ack_deadline_races_a_late_ack() {
+    model(|| {
+        use std::time::Duration;
+        let topic = Topic::<u64>::new("m", config().timestamps(false)).unwrap();
+        topic.publish(7).unwrap();
+        let handles = Arc::new((
+            loom::sync::Mutex::new(Vec::new()),
+            loom::sync::Condvar::new(),
+        ));
+        let sink = Arc::clone(&handles);
+        let mut sub = topic
+            .subscription("s")
+            .start(Start::Earliest)
+            .ack_wait(Duration::from_nanos(1))
+            .max_deliver(2)
+            .ack_handler(move |d: logbus::Delivery<'_, u64>| {
+                sink.0.lock().unwrap().push(d.handle());
+                sink.1.notify_all();
+                Ok::<(), String>(())
+            })
+            .unwrap();
+        let first = {
+            let mut list = handles.0.lock().unwrap();
+            while list.is_empty() {
+                list = handles.1.wait(list).unwrap();
+            }
+            list[0].clone()
+        };
+        let acked = first.ack();
+        // Wait until the subscription is done with the record: delivered or dead-lettered.
+        assert!(sub.wait_idle(Duration::from_secs(3600)));
+        sub.close();
+        let s = sub.stats();
+        let deliveries = handles.0.lock().unwrap().len();
+        if acked {
+            assert_eq!((s.delivered, s.dead_lettered, deliveries), (1, 0, 1));
+        } else {
+            assert_eq!((s.delivered, s.dead_lettered, deliveries), (0, 1, 2));
+            assert_eq!(s.redelivered, 1);
+        }
+        // Either way the record was passed (I7): the name resumes after it.
+        let c = topic.consumer("s", Start::Earliest).unwrap();
+        assert_eq!(c.position(0).unwrap(), 1);
+    });
+}
+
+/// Closing a subscription while a publisher wakes its parked thread: close always returns (the
+/// thread is joined, whether it was parked, woken, or mid-record), the record is handled at most
+/// once, and the position committed under the name never passes a record the handler did not
+/// finish (I7), nor lags behind one it did.
+#[test]
+fn subscription_close_while_publisher_wakes_it() {
+    model(|| {
+        let topic = Topic::<u64>::new("m", config().timestamps(false)).unwrap();
+        let handled = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::clone(&handled);
+        let mut sub = topic
+            .subscribe("s", Start::Earliest, move |r| {
+                assert_eq!(**r, 9);
+                seen.fetch_add(1, SeqCst);
+                Ok::<(), String>(())
+            })
+            .unwrap();
+        let t = topic.clone();
+        let publisher = thread::spawn(move || t.publish(9).unwrap().offset);
+        sub.close();
+        assert!(sub.is_finished());
+        assert_eq!(publisher.join().unwrap(), 0);
+        let handled = handled.load(SeqCst) as u64;
+        assert!(handled <= 1);
+        let c = topic.consumer("s", Start::Earliest).unwrap();
+        assert_eq!(c.position(0).unwrap(), handled);
+    });
+}

@@ -51,8 +51,9 @@ use crate::{
     config::{Overflow, SizeFn, TopicConfig, WaitStrategy},
     error::{Error, PublishError},
     sync::{
-        heavy_barrier, init_barriers, light_barrier, lock, spin_hint, unprotected, yield_now, Arc,
-        Atomic, AtomicBool, AtomicU64, CachePadded, Epoch, Futex, Guard, Mutex, Ordering, Owned,
+        fence, heavy_barrier, init_barriers, light_barrier, lock, spin_hint, unprotected,
+        yield_now, Arc, Atomic, AtomicBool, AtomicU64, CachePadded, Epoch, Futex, Guard, Mutex,
+        Ordering, Owned,
     },
 };
 use directory::Directory;
@@ -98,9 +99,15 @@ impl Waker {
 
     /// Makes the sleeper (or the next park) return at once, with `take_interrupt() == true`.
     pub(crate) fn interrupt(&self) {
-        // SeqCst, and the swap after it: either the parker's re-check sees the flag, or its
-        // PARKED store comes before our swap in the word's order and the wake below reaches it.
+        // Store, full fence, swap; the parker does store PARKED, full fence (`heavy_barrier`), load
+        // the flag. Of the two fences one comes first: either the parker's re-check sees the flag,
+        // or its PARKED store comes before our swap in the word's order, the swap takes the word
+        // back to RUNNING and the wake below reaches it (the futex re-checks the word). Interrupts
+        // are rare (pause, close, group changes), so the fence costs nothing that matters. (SeqCst
+        // accesses alone would do in the C++ model, but loom models them as AcqRel and reports a
+        // lost wake-up; the fence makes the argument one that loom checks.)
         self.interrupted.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
         self.futex.word().swap(RUNNING, Ordering::SeqCst);
         self.futex.wake_all();
     }
