@@ -268,7 +268,8 @@ impl AckHandle {
     }
 
     /// The record was processed: the subscription moves on. Returns false if this delivery was
-    /// already settled or is no longer current (then nothing changes).
+    /// already settled or is no longer current: its ack deadline passed, redelivery was asked for,
+    /// or the subscription closed (then nothing changes, and the record is delivered again).
     pub fn ack(&self) -> bool {
         self.settle(Outcome::Ack)
     }
@@ -910,6 +911,9 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
                 return Awaited::Settled(o);
             }
             if c.closing {
+                // The record stays unpassed (I7): an ack arriving now must be refused, not
+                // reported as taken.
+                c.token += 1;
                 return Awaited::Closing;
             }
             if c.redeliver {
