@@ -44,6 +44,7 @@ pub enum Overflow {
 /// 2 µs within ~100 ns; yielding before parking avoids the ~19 µs futex wake-up for records paced up
 /// to ~100 µs apart, while an idle reader still goes to sleep within a fraction of a millisecond.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "a wait strategy does nothing until a topic config takes it"]
 pub struct WaitStrategy {
     pub(crate) spin_polls: u32,
     pub(crate) yield_for: Duration,
@@ -102,6 +103,7 @@ pub type SizeFn<T> = Arc<dyn Fn(&T) -> usize + Send + Sync>;
 ///     .overflow(Overflow::Block);
 /// assert_eq!(config.partition_count(), 4);
 /// ```
+#[must_use = "a config does nothing until a topic is made with it"]
 pub struct TopicConfig<T> {
     pub(crate) partitions: u32,
     pub(crate) segment_size: usize,

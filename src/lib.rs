@@ -75,7 +75,8 @@
 //! or between reserving and publishing.
 
 #![deny(unsafe_op_in_unsafe_fn)]
-#![warn(missing_docs, unreachable_pub)]
+#![deny(missing_docs)]
+#![warn(unreachable_pub)]
 
 mod broker;
 mod clock;

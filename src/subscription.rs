@@ -120,6 +120,7 @@ impl Backoff {
 
 /// How often a failing record is tried, and how long to wait in between.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "a retry policy does nothing until a subscription builder takes it"]
 pub struct Retry {
     max_attempts: u32,
     backoff: Backoff,
@@ -344,6 +345,7 @@ impl<T> std::ops::Deref for Delivery<'_, T> {
 type Filter<T> = Box<dyn Fn(&T) -> bool + Send>;
 
 /// Configures a subscription; made by [`Topic::subscription`].
+#[must_use = "nothing runs until `handler` or `ack_handler` starts the subscription"]
 pub struct SubscriptionBuilder<T: Send + Sync + 'static> {
     topic: Topic<T>,
     name: String,
@@ -967,6 +969,7 @@ fn panic_message(panic: Box<dyn std::any::Any + Send>) -> String {
 /// assert!(sub.wait_idle(Duration::from_secs(5)));
 /// assert_eq!(sub.stats().delivered, 1);
 /// ```
+#[must_use = "dropping a subscription closes it at once"]
 pub struct Subscription<T: Send + Sync + 'static> {
     shared: Arc<Shared>,
     waker: Arc<Waker>,
