@@ -60,6 +60,9 @@ pub struct Consumer<T: Send + Sync + 'static> {
     /// Where each partition started, for a rollback with nothing committed.
     started: Vec<u64>,
     reset: Reset,
+    /// Whether this consumer, polled as a `Stream`, is announced as parked (`crate::stream`).
+    #[cfg(feature = "async")]
+    pub(crate) announced: bool,
 }
 
 impl<T: Send + Sync + 'static> fmt::Debug for Consumer<T> {
@@ -93,6 +96,8 @@ impl<T: Send + Sync + 'static> Consumer<T> {
             next: 0,
             started,
             reset: Reset::Earliest,
+            #[cfg(feature = "async")]
+            announced: false,
         })
     }
 
@@ -182,6 +187,27 @@ impl<T: Send + Sync + 'static> Consumer<T> {
     /// Puts `partition` back at `offset` (records handed out but not processed).
     pub(crate) fn rewind(&mut self, partition: u32, offset: u64) {
         self.readers[partition as usize].reposition(offset);
+    }
+
+    /// Where the next scan starts (async polls).
+    #[cfg(feature = "async")]
+    pub(crate) fn rotation(&self) -> usize {
+        self.next
+    }
+
+    #[cfg(feature = "async")]
+    pub(crate) fn readers_mut(&mut self) -> &mut [Reader<T>] {
+        &mut self.readers
+    }
+
+    #[cfg(feature = "async")]
+    pub(crate) fn take_ready(&mut self, i: usize, max: u64) -> Batch<'_, T> {
+        self.take(i, max)
+    }
+
+    #[cfg(feature = "async")]
+    pub(crate) fn lagged_or(&mut self, i: usize, e: ReadError) -> ReadError {
+        self.on_error(i, e)
     }
 
     fn take(&mut self, i: usize, max: u64) -> Batch<'_, T> {

@@ -88,6 +88,8 @@ mod key;
 mod log;
 mod reader;
 mod stats;
+#[cfg(feature = "async")]
+mod stream;
 mod subscription;
 mod sync;
 mod topic;
@@ -104,7 +106,7 @@ pub use group::{
     Assignor, Group, GroupError, GroupMember, GroupStats, RangeAssignor, Rebalance,
     RoundRobinAssignor,
 };
-pub use reader::{Batch, Reader, Record, Start};
+pub use reader::{Batch, Iter, OwnedRecord, Reader, Record, Start};
 pub use stats::{PartitionStats, ReaderStats, TopicStats};
 pub use subscription::{
     AckHandle, Backoff, DeadLetter, Delivery, Retry, Subscription, SubscriptionBuilder,

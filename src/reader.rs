@@ -37,7 +37,7 @@ pub enum Start {
 }
 
 /// Records handed out per refresh when a caller asks for one at a time.
-const SCAN: u64 = 256;
+pub(crate) const SCAN: u64 = 256;
 
 /// A blocking cursor over one partition of a topic.
 ///
@@ -77,6 +77,9 @@ pub struct Reader<T: Send + Sync + 'static> {
     seg: Option<SegRef<T>>,
     /// Whether the last refresh found records (for "yield once after a batch").
     fed: bool,
+    /// Whether this reader, polled as a `Stream`, is announced as parked (see `crate::stream`).
+    #[cfg(feature = "async")]
+    pub(crate) announced: bool,
 }
 
 impl<T: Send + Sync + 'static> Reader<T> {
@@ -96,7 +99,35 @@ impl<T: Send + Sync + 'static> Reader<T> {
             ready: pos,
             seg: None,
             fed: false,
+            #[cfg(feature = "async")]
+            announced: false,
         }
+    }
+
+    /// Where this reader sleeps (shared with the other readers of a consumer).
+    #[cfg(feature = "async")]
+    pub(crate) fn waker(&self) -> &Arc<Waker> {
+        &self.cursor.waker
+    }
+
+    /// The records from here on, each cloned out of the log, waiting for each; the iteration ends
+    /// when the topic is closed and fully read. Lag is an item: `Err(ReadError::Lagged(n))`.
+    ///
+    /// ```
+    /// use logbus::{Start, Topic, TopicConfig};
+    /// let topic = Topic::<String>::new("names", TopicConfig::default()).unwrap();
+    /// let mut reader = topic.reader(0, Start::Earliest).unwrap();
+    /// topic.publish("ada".to_owned()).unwrap();
+    /// topic.publish("grace".to_owned()).unwrap();
+    /// topic.close();
+    /// let names: Vec<String> = reader.iter().map(|r| r.unwrap().value).collect();
+    /// assert_eq!(names, ["ada", "grace"]);
+    /// ```
+    pub fn iter(&mut self) -> Iter<'_, T>
+    where
+        T: Clone,
+    {
+        Iter { reader: self }
     }
 
     pub(crate) fn log(&self) -> &Arc<Log<T>> {
@@ -342,6 +373,8 @@ pub(crate) fn resolve<T: Send + Sync + 'static>(log: &Log<T>, start: Start) -> R
 
 impl<T: Send + Sync + 'static> Drop for Reader<T> {
     fn drop(&mut self) {
+        #[cfg(feature = "async")]
+        crate::stream::leave_one(self);
         self.seg = None;
         self.log.deregister(&self.cursor);
     }
@@ -408,6 +441,79 @@ impl<'a, T> Record<'a, T> {
     pub fn key(&self) -> Option<u64> {
         // SAFETY: as in `value`.
         unsafe { self.seg.meta(self.index) }.key()
+    }
+}
+
+impl<T: Clone> Record<'_, T> {
+    /// The record with its value cloned out of the log (what iterators and streams hand out).
+    pub fn to_owned_record(&self) -> OwnedRecord<T> {
+        OwnedRecord {
+            offset: self.offset,
+            partition: self.partition,
+            timestamp: self.timestamp(),
+            key: self.key(),
+            value: self.value().clone(),
+        }
+    }
+}
+
+/// A record whose value was cloned out of the log: what [`Reader::iter`] and the async streams
+/// hand out, since an iterator cannot lend borrowed [`Record`]s.
+#[derive(Clone, PartialEq, Eq)]
+pub struct OwnedRecord<T> {
+    /// The record's offset in its partition.
+    pub offset: u64,
+    /// The partition the record is in.
+    pub partition: u32,
+    /// When it was published (see [`Record::timestamp`]).
+    pub timestamp: SystemTime,
+    /// The hash of its key, if it had one (see [`Record::key`]).
+    pub key: Option<u64>,
+    /// The value.
+    pub value: T,
+}
+
+impl<T> fmt::Debug for OwnedRecord<T> {
+    /// Shows where the record is, not its payload.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OwnedRecord")
+            .field("partition", &self.partition)
+            .field("offset", &self.offset)
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A blocking iterator over a reader's records (see [`Reader::iter`]).
+pub struct Iter<'r, T: Send + Sync + 'static> {
+    reader: &'r mut Reader<T>,
+}
+
+impl<T: Send + Sync + 'static> fmt::Debug for Iter<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Iter").field(&self.reader).finish()
+    }
+}
+
+impl<T: Clone + Send + Sync + 'static> Iterator for Iter<'_, T> {
+    type Item = Result<OwnedRecord<T>, ReadError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self.reader.next() {
+            Ok(r) => Some(Ok(r.to_owned_record())),
+            Err(ReadError::Closed) => None,
+            Err(e) => Some(Err(e)),
+        }
+    }
+}
+
+/// `for record in &mut reader`: the same as [`Reader::iter`].
+impl<'r, T: Clone + Send + Sync + 'static> IntoIterator for &'r mut Reader<T> {
+    type Item = Result<OwnedRecord<T>, ReadError>;
+    type IntoIter = Iter<'r, T>;
+
+    fn into_iter(self) -> Iter<'r, T> {
+        self.iter()
     }
 }
 

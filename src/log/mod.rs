@@ -83,10 +83,18 @@ const POOL_KEEP: usize = 4;
 /// Where a reader sleeps: a futex word (`PARKED` while it sleeps or is about to, `RUNNING`
 /// otherwise) and an interrupt flag. Usually one per reader; a consumer reading several
 /// partitions shares one among its readers, so one sleep waits on all of them.
+///
+/// With the `async` feature a task waits the same way: it stores its task waker here, then
+/// announces itself exactly like a parking thread (the word, the logs' parked counts, the heavy
+/// barrier, the re-check), and returns `Pending` instead of sleeping. A publisher that finds the
+/// word `PARKED` wakes both the futex and the stored task waker, so the "only if someone waits"
+/// fast path is the same for threads and tasks.
 #[derive(Debug)]
 pub(crate) struct Waker {
     futex: Futex,
     interrupted: AtomicBool,
+    #[cfg(feature = "async")]
+    task: Mutex<Option<std::task::Waker>>,
 }
 
 impl Waker {
@@ -94,7 +102,37 @@ impl Waker {
         Arc::new(Waker {
             futex: Futex::new(RUNNING),
             interrupted: AtomicBool::new(false),
+            #[cfg(feature = "async")]
+            task: Mutex::new(None),
         })
+    }
+
+    /// Stores the task to wake (async waiters, before they announce themselves).
+    #[cfg(feature = "async")]
+    pub(crate) fn set_task(&self, task: &std::task::Waker) {
+        let mut slot = lock(&self.task);
+        match slot.as_ref() {
+            Some(old) if old.will_wake(task) => {}
+            _ => *slot = Some(task.clone()),
+        }
+    }
+
+    /// Forgets the stored task (a dropped future).
+    #[cfg(feature = "async")]
+    pub(crate) fn clear_task(&self) {
+        lock(&self.task).take();
+    }
+
+    /// Wakes the stored task, if any. The waker runs after the lock is released: it is the
+    /// executor's code, and no engine lock is held while foreign code runs (I6).
+    fn wake_task(&self) {
+        #[cfg(feature = "async")]
+        {
+            let task = lock(&self.task).take();
+            if let Some(task) = task {
+                task.wake();
+            }
+        }
     }
 
     /// Makes the sleeper (or the next park) return at once, with `take_interrupt() == true`.
@@ -110,6 +148,7 @@ impl Waker {
         fence(Ordering::SeqCst);
         self.futex.word().swap(RUNNING, Ordering::SeqCst);
         self.futex.wake_all();
+        self.wake_task();
     }
 
     /// Whether an interrupt is pending (and clears it).
@@ -535,13 +574,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         deadline: Option<Instant>,
         mut ready: impl FnMut() -> Option<R>,
     ) -> Option<R> {
-        let word = waker.futex.word();
-        // SeqCst: see `Waker::interrupt`; also published by the SeqCst increments below.
-        word.store(PARKED, Ordering::SeqCst);
-        for log in logs {
-            log.state.fetch_add(PARKED_ONE, Ordering::SeqCst);
-        }
-        heavy_barrier();
+        Self::announce(logs, waker);
         let found = ready();
         if found.is_none() && !waker.is_interrupted() {
             match deadline {
@@ -554,12 +587,30 @@ impl<T: Send + Sync + 'static> Log<T> {
                 }
             }
         }
-        // Relaxed: only the sleeper and its wakers touch the word; it carries no data.
-        word.store(RUNNING, Ordering::Relaxed);
+        Self::withdraw(logs, waker);
+        found
+    }
+
+    /// The first half of parking: marks `waker` parked and counts it in every log, then the heavy
+    /// barrier. The caller must re-check for records after this, before it sleeps (I5).
+    pub(crate) fn announce(logs: &[&Log<T>], waker: &Waker) {
+        // SeqCst: see `Waker::interrupt`; also published by the SeqCst increments below.
+        waker.futex.word().store(PARKED, Ordering::SeqCst);
         for log in logs {
+            // SeqCst: the publisher's side of the handshake reads this count (see Orderings).
+            log.state.fetch_add(PARKED_ONE, Ordering::SeqCst);
+        }
+        heavy_barrier();
+    }
+
+    /// Undoes [`Log::announce`], once per announce.
+    pub(crate) fn withdraw(logs: &[&Log<T>], waker: &Waker) {
+        // Relaxed: only the sleeper and its wakers touch the word; it carries no data.
+        waker.futex.word().store(RUNNING, Ordering::Relaxed);
+        for log in logs {
+            // Relaxed: a stale count only costs a publisher one needless look at the readers.
             log.state.fetch_sub(PARKED_ONE, Ordering::Relaxed);
         }
-        found
     }
 
     #[cold]
@@ -573,6 +624,7 @@ impl<T: Send + Sync + 'static> Log<T> {
                     && word.swap(RUNNING, Ordering::Relaxed) == PARKED
                 {
                     c.waker.futex.wake_one();
+                    c.waker.wake_task();
                     // Relaxed: a statistic.
                     self.wakeups.fetch_add(1, Ordering::Relaxed);
                 }

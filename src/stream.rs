@@ -1,0 +1,325 @@
+//! Async readers and consumers (the `async` feature): `next_async` / `poll_async` futures and
+//! `futures_core::Stream`, runtime-agnostic.
+//!
+//! A task waits the way a thread parks (see [`crate::wait`] and the log's `Waker`): it checks for
+//! records, stores its task waker beside the futex word, announces itself as parked in every log it
+//! reads (the word, the logs' parked counts, the heavy barrier), checks again, and only then returns
+//! `Pending`. A publisher that finds a parked reader wakes the futex and the task waker alike; a
+//! publisher that finds none does no more work than without async (I5).
+//!
+//! The announcement is withdrawn at the next poll, when the future completes, and when a pending
+//! future (or a reader polled as a stream) is dropped, so a cancelled wait (a `select!` that took
+//! another branch) leaves nothing behind and loses no record: records are only taken from the log
+//! inside a poll that returns them.
+//!
+//! # Orderings
+//! No atomics of its own: the handshake is `Log::announce` / `Log::withdraw` and the publisher's
+//! side in the log, whose orderings are documented there.
+
+use std::{
+    fmt,
+    future::Future,
+    pin::Pin,
+    task::{Context, Poll},
+};
+
+use futures_core::Stream;
+
+use crate::{
+    consumer::Consumer,
+    error::ReadError,
+    log::{Log, Waker},
+    reader::{Batch, OwnedRecord, Reader, Record, SCAN},
+    sync::Arc,
+    wait::scan,
+};
+
+/// One poll of an async wait over `readers` (sharing `waker`): the index of a reader with records
+/// ready, an error, or `Pending` with the task announced (`*announced` set).
+fn poll_ready<T: Send + Sync + 'static>(
+    readers: &mut [Reader<T>],
+    from: usize,
+    waker: &Waker,
+    announced: &mut bool,
+    cx: &mut Context<'_>,
+    limit: u64,
+) -> Poll<Result<usize, (usize, ReadError)>> {
+    withdraw(readers, waker, announced);
+    match scan(readers, from, limit) {
+        Ok(Some(i)) => return Poll::Ready(Ok(i)),
+        Err(e) => return Poll::Ready(Err(e)),
+        Ok(None) => {}
+    }
+    waker.set_task(cx.waker());
+    for r in readers.iter() {
+        r.publish_position();
+    }
+    with_logs(readers, |logs| Log::announce(logs, waker));
+    *announced = true;
+    // The re-check after announcing: either it sees the record, or the publisher sees us (I5).
+    match scan(readers, from, limit) {
+        Ok(None) => Poll::Pending,
+        found => {
+            withdraw(readers, waker, announced);
+            Poll::Ready(found.map(|i| i.expect("checked above")))
+        }
+    }
+}
+
+fn with_logs<T: Send + Sync + 'static, R>(
+    readers: &[Reader<T>],
+    f: impl FnOnce(&[&Log<T>]) -> R,
+) -> R {
+    if let [one] = readers {
+        f(&[&**one.log()])
+    } else {
+        let logs: Vec<Arc<Log<T>>> = readers.iter().map(|r| Arc::clone(r.log())).collect();
+        let refs: Vec<&Log<T>> = logs.iter().map(|l| &**l).collect();
+        f(&refs)
+    }
+}
+
+/// Withdraws an announcement, if there is one.
+fn withdraw<T: Send + Sync + 'static>(readers: &[Reader<T>], waker: &Waker, announced: &mut bool) {
+    if std::mem::take(announced) {
+        with_logs(readers, |logs| Log::withdraw(logs, waker));
+    }
+}
+
+/// A reader polled as a stream and dropped while pending withdraws here.
+pub(crate) fn leave_one<T: Send + Sync + 'static>(reader: &mut Reader<T>) {
+    if reader.announced {
+        let waker = Arc::clone(reader.waker());
+        let mut announced = true;
+        withdraw(std::slice::from_ref(reader), &waker, &mut announced);
+        reader.announced = false;
+        waker.clear_task();
+    }
+}
+
+impl<T: Send + Sync + 'static> Reader<T> {
+    /// The next record, waiting for it without blocking the thread (the `async` feature).
+    /// Cancel-safe: dropping the future before it completes takes nothing from the log.
+    ///
+    /// ```
+    /// # futures::executor::block_on(async {
+    /// use logbus::{Start, Topic, TopicConfig};
+    /// let topic = Topic::<u32>::new("ticks", TopicConfig::default()).unwrap();
+    /// let mut reader = topic.reader(0, Start::Earliest).unwrap();
+    /// let t = topic.clone();
+    /// std::thread::spawn(move || t.publish(7).unwrap());
+    /// let record = reader.next_async().await.unwrap();
+    /// assert_eq!((record.offset(), *record), (0, 7));
+    /// # });
+    /// ```
+    pub fn next_async(&mut self) -> NextRecord<'_, T> {
+        NextRecord {
+            reader: Some(self),
+            announced: false,
+        }
+    }
+}
+
+/// The future of [`Reader::next_async`].
+#[must_use = "futures do nothing unless polled"]
+pub struct NextRecord<'r, T: Send + Sync + 'static> {
+    reader: Option<&'r mut Reader<T>>,
+    announced: bool,
+}
+
+impl<T: Send + Sync + 'static> fmt::Debug for NextRecord<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NextRecord")
+            .field("done", &self.reader.is_none())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'r, T: Send + Sync + 'static> Future for NextRecord<'r, T> {
+    type Output = Result<Record<'r, T>, ReadError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let reader = this
+            .reader
+            .as_mut()
+            .expect("NextRecord polled after it completed");
+        let waker = Arc::clone(reader.waker());
+        let polled = poll_ready(
+            std::slice::from_mut(*reader),
+            0,
+            &waker,
+            &mut this.announced,
+            cx,
+            SCAN,
+        );
+        match polled {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Err((_, e))) => Poll::Ready(Err(e)),
+            Poll::Ready(Ok(_)) => {
+                let reader = this.reader.take().expect("checked above");
+                Poll::Ready(Ok(reader.take_one()))
+            }
+        }
+    }
+}
+
+impl<T: Send + Sync + 'static> Drop for NextRecord<'_, T> {
+    fn drop(&mut self) {
+        if let Some(reader) = self.reader.as_mut() {
+            if self.announced {
+                let waker = Arc::clone(reader.waker());
+                withdraw(std::slice::from_ref(*reader), &waker, &mut self.announced);
+                waker.clear_task();
+            }
+        }
+    }
+}
+
+/// A reader is a stream of owned records (values cloned out of the log); it ends when the topic is
+/// closed and fully read, and lag is an item (`Err(ReadError::Lagged(n))`). For borrowed records
+/// without a clone, use [`Reader::next_async`].
+impl<T: Clone + Send + Sync + 'static> Stream for Reader<T> {
+    type Item = Result<OwnedRecord<T>, ReadError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        let waker = Arc::clone(this.waker());
+        let mut announced = this.announced;
+        let polled = poll_ready(
+            std::slice::from_mut(this),
+            0,
+            &waker,
+            &mut announced,
+            cx,
+            SCAN,
+        );
+        this.announced = announced;
+        match polled {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Err((_, ReadError::Closed))) => Poll::Ready(None),
+            Poll::Ready(Err((_, e))) => Poll::Ready(Some(Err(e))),
+            Poll::Ready(Ok(_)) => Poll::Ready(Some(Ok(this.take_one().to_owned_record()))),
+        }
+    }
+}
+
+impl<T: Send + Sync + 'static> Consumer<T> {
+    /// Up to `max` records of one partition, waiting for them without blocking the thread (the
+    /// `async` feature). Like [`Consumer::poll`], but it waits instead of returning `Empty`.
+    /// Cancel-safe.
+    ///
+    /// ```
+    /// # futures::executor::block_on(async {
+    /// use logbus::{Start, Topic, TopicConfig};
+    /// let topic = Topic::<u32>::new("orders", TopicConfig::default().partitions(2)).unwrap();
+    /// let mut consumer = topic.consumer("billing", Start::Earliest).unwrap();
+    /// topic.publish_to(1, 5).unwrap();
+    /// let batch = consumer.poll_async(10).await.unwrap();
+    /// assert_eq!((batch.partition(), batch.len()), (1, 1));
+    /// # });
+    /// ```
+    pub fn poll_async(&mut self, max: usize) -> PollBatch<'_, T> {
+        PollBatch {
+            consumer: Some(self),
+            max: max.max(1) as u64,
+            announced: false,
+        }
+    }
+}
+
+/// The future of [`Consumer::poll_async`].
+#[must_use = "futures do nothing unless polled"]
+pub struct PollBatch<'c, T: Send + Sync + 'static> {
+    consumer: Option<&'c mut Consumer<T>>,
+    max: u64,
+    announced: bool,
+}
+
+impl<T: Send + Sync + 'static> fmt::Debug for PollBatch<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PollBatch")
+            .field("max", &self.max)
+            .field("done", &self.consumer.is_none())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'c, T: Send + Sync + 'static> Future for PollBatch<'c, T> {
+    type Output = Result<Batch<'c, T>, ReadError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let consumer = this
+            .consumer
+            .as_mut()
+            .expect("PollBatch polled after it completed");
+        let waker = consumer.waker();
+        let from = consumer.rotation();
+        let polled = poll_ready(
+            consumer.readers_mut(),
+            from,
+            &waker,
+            &mut this.announced,
+            cx,
+            this.max,
+        );
+        match polled {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Err((i, e))) => Poll::Ready(Err(consumer.lagged_or(i, e))),
+            Poll::Ready(Ok(i)) => {
+                let consumer = this.consumer.take().expect("checked above");
+                Poll::Ready(Ok(consumer.take_ready(i, this.max)))
+            }
+        }
+    }
+}
+
+impl<T: Send + Sync + 'static> Drop for PollBatch<'_, T> {
+    fn drop(&mut self) {
+        if let Some(consumer) = self.consumer.as_mut() {
+            if self.announced {
+                let waker = consumer.waker();
+                withdraw(consumer.readers_mut(), &waker, &mut self.announced);
+                waker.clear_task();
+            }
+        }
+    }
+}
+
+/// A consumer is a stream of owned records, one at a time over its partitions (values cloned out
+/// of the log); it ends when every partition is closed and fully read. Lag is an item.
+impl<T: Clone + Send + Sync + 'static> Stream for Consumer<T> {
+    type Item = Result<OwnedRecord<T>, ReadError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        let waker = this.waker();
+        let from = this.rotation();
+        let mut announced = this.announced;
+        let polled = poll_ready(this.readers_mut(), from, &waker, &mut announced, cx, 1);
+        this.announced = announced;
+        match polled {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Err((_, ReadError::Closed))) => Poll::Ready(None),
+            Poll::Ready(Err((i, e))) => Poll::Ready(Some(Err(this.lagged_or(i, e)))),
+            Poll::Ready(Ok(i)) => {
+                let batch = this.take_ready(i, 1);
+                let record = batch.iter().next().expect("a ready batch is not empty");
+                Poll::Ready(Some(Ok(record.to_owned_record())))
+            }
+        }
+    }
+}
+
+impl<T: Send + Sync + 'static> Drop for Consumer<T> {
+    fn drop(&mut self) {
+        if self.announced {
+            let waker = self.waker();
+            let mut announced = true;
+            withdraw(self.readers_mut(), &waker, &mut announced);
+            self.announced = false;
+            waker.clear_task();
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! The `async` feature: readers and consumers as futures and streams, on tokio and on the `futures`
+//! executor; cancellation loses nothing; a waiting task is announced like a parked thread and a
+//! dropped future withdraws.
+
+use std::{
+    future::Future,
+    pin::pin,
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use futures::{executor::block_on, task::noop_waker, StreamExt};
+use logbus::{ReadError, Start, Topic, TopicConfig, WaitStrategy};
+
+const N: u64 = 20_000;
+
+fn topic(name: &str) -> Topic<u64> {
+    Topic::new(name, TopicConfig::default().segment_size(64)).unwrap()
+}
+
+fn publish_from_thread(
+    topic: &Topic<u64>,
+    n: u64,
+    pause_every: u64,
+) -> std::thread::JoinHandle<()> {
+    let topic = topic.clone();
+    std::thread::spawn(move || {
+        for v in 0..n {
+            topic.publish(v).unwrap();
+            if pause_every > 0 && v % pause_every == 0 {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        topic.close();
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokio_reader_gets_every_record_in_order() {
+    let topic = topic("tokio-reader");
+    let mut reader = topic.reader(0, Start::Earliest).unwrap();
+    let publisher = publish_from_thread(&topic, N, 1_000);
+    let mut want = 0;
+    loop {
+        match reader.next_async().await {
+            Ok(r) => {
+                assert_eq!((r.offset(), *r), (want, want));
+                want += 1;
+            }
+            Err(ReadError::Closed) => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(want, N);
+    publisher.join().unwrap();
+}
+
+#[test]
+fn futures_executor_reader_stream_collects_until_closed() {
+    let topic = topic("stream");
+    let reader = topic.reader(0, Start::Earliest).unwrap();
+    let publisher = publish_from_thread(&topic, N, 2_000);
+    let values: Vec<u64> = block_on(reader.map(|r| r.unwrap().value).collect());
+    assert_eq!(values, (0..N).collect::<Vec<_>>());
+    publisher.join().unwrap();
+}
+
+/// A `select!` that drops a pending `next_async()` again and again (a timer wins often) loses no
+/// record and repeats none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_waits_lose_nothing_on_tokio() {
+    let topic = topic("cancel-tokio");
+    let mut reader = topic.reader(0, Start::Earliest).unwrap();
+    let publisher = publish_from_thread(&topic, N, 100);
+    let (mut want, mut cancelled) = (0, 0u64);
+    loop {
+        tokio::select! {
+            r = reader.next_async() => match r {
+                Ok(r) => {
+                    assert_eq!(*r, want);
+                    want += 1;
+                }
+                Err(ReadError::Closed) => break,
+                Err(e) => panic!("{e}"),
+            },
+            _ = tokio::time::sleep(Duration::from_micros(50)) => cancelled += 1,
+        }
+    }
+    assert_eq!(want, N);
+    assert!(
+        cancelled > 0,
+        "the timer never won: the test did not cancel anything"
+    );
+    publisher.join().unwrap();
+}
+
+#[test]
+fn cancelled_waits_lose_nothing_on_the_futures_executor() {
+    let topic = topic("cancel-futures");
+    let mut reader = topic.reader(0, Start::Earliest).unwrap();
+    let publisher = publish_from_thread(&topic, N, 100);
+    let mut want = 0;
+    block_on(async {
+        loop {
+            let next = reader.next_async();
+            let timer = futures::future::ready(());
+            futures::pin_mut!(next);
+            // Poll the read once with the timer already done: most polls are cancelled.
+            match futures::future::select(next, timer).await {
+                futures::future::Either::Left((r, _)) => match r {
+                    Ok(r) => {
+                        assert_eq!(*r, want);
+                        want += 1;
+                    }
+                    Err(ReadError::Closed) => break,
+                    Err(e) => panic!("{e}"),
+                },
+                futures::future::Either::Right(((), _)) => std::thread::yield_now(),
+            }
+        }
+    });
+    assert_eq!(want, N);
+    publisher.join().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumers_poll_async_across_partitions_and_stream() {
+    let topic: Topic<u64> = Topic::new("orders", TopicConfig::default().partitions(3)).unwrap();
+    let mut consumer = topic.consumer("billing", Start::Earliest).unwrap();
+    let t = topic.clone();
+    let publisher = std::thread::spawn(move || {
+        for v in 0..3_000u64 {
+            t.publish(v).unwrap(); // round-robin over the 3 partitions
+        }
+        t.close();
+    });
+    let mut per_partition = [Vec::new(), Vec::new(), Vec::new()];
+    loop {
+        match consumer.poll_async(64).await {
+            Ok(batch) => {
+                let p = batch.partition() as usize;
+                per_partition[p].extend(batch.values().copied());
+            }
+            Err(ReadError::Closed) => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    for (p, values) in per_partition.iter().enumerate() {
+        let want: Vec<u64> = (0..1_000).map(|i| i * 3 + p as u64).collect();
+        assert_eq!(values, &want, "partition {p} in order, complete");
+    }
+    consumer.commit();
+    publisher.join().unwrap();
+    // The consumer as a stream: a new one by name starts after the commit and sees the end.
+    let rest = topic.consumer("billing", Start::Earliest).unwrap();
+    assert_eq!(rest.collect::<Vec<_>>().await.len(), 0);
+}
+
+/// A pending task is announced as a parked reader (so publishers wake it); dropping the pending
+/// future withdraws, so publishers go back to doing no wake-up work.
+#[test]
+fn a_pending_future_is_parked_and_dropping_it_withdraws() {
+    let topic: Topic<u64> = Topic::new(
+        "withdraw",
+        TopicConfig::default().wait(WaitStrategy::park_at_once()),
+    )
+    .unwrap();
+    let mut reader = topic.reader(0, Start::Earliest).unwrap();
+    let waker = noop_waker();
+    let mut cx = Context::from_waker(&waker);
+    {
+        let mut next = pin!(reader.next_async());
+        assert!(next.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(topic.stats().partitions[0].parked_readers, 1);
+    }
+    assert_eq!(topic.stats().partitions[0].parked_readers, 0);
+    topic.publish(1).unwrap();
+    assert_eq!(
+        topic.stats().partitions[0].wakeups,
+        0,
+        "nobody waits: no wake-up"
+    );
+    // Record 1 is ready at once; then the task waits, a publish wakes it (counted once) and the
+    // next poll completes.
+    {
+        let mut next = pin!(reader.next_async());
+        let Poll::Ready(Ok(r)) = next.as_mut().poll(&mut cx) else {
+            panic!("the record is ready")
+        };
+        assert_eq!(*r, 1);
+    }
+    let mut next = pin!(reader.next_async());
+    assert!(next.as_mut().poll(&mut cx).is_pending());
+    topic.publish(2).unwrap();
+    assert_eq!(topic.stats().partitions[0].wakeups, 1);
+    let Poll::Ready(Ok(r)) = next.as_mut().poll(&mut cx) else {
+        panic!("the publish woke the task and the record is ready")
+    };
+    assert_eq!(*r, 2);
+    assert_eq!(topic.stats().partitions[0].parked_readers, 0);
+}
+
+/// The iterator adapters (no feature needed, tested here beside the streams they mirror).
+#[test]
+fn iterating_a_reader() {
+    let topic = topic("iter");
+    let mut reader = topic.reader(0, Start::Earliest).unwrap();
+    let publisher = publish_from_thread(&topic, 1_000, 0);
+    let mut n = 0;
+    for record in &mut reader {
+        let record = record.unwrap();
+        assert_eq!((record.offset, record.value), (n, n));
+        n += 1;
+    }
+    assert_eq!(n, 1_000);
+    publisher.join().unwrap();
+}
