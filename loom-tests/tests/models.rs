@@ -321,3 +321,63 @@ fn subscription_close_while_publisher_wakes_it() {
         assert_eq!(c.position(0).unwrap(), handled);
     });
 }
+
+/// The async waker contract (I5 for tasks): a task waiting in `next_async` is announced like a
+/// parked thread, and a concurrent publish either is seen by the task's re-check or wakes its task
+/// waker; no interleaving leaves the task pending forever (loom's `block_on` reports that as a
+/// deadlock).
+#[test]
+fn async_task_is_woken_by_a_publish() {
+    model(|| {
+        let topic = Topic::<u64>::new("m", config().timestamps(false)).unwrap();
+        let mut reader = topic.reader(0, Start::Earliest).unwrap();
+        let t = topic.clone();
+        let publisher = thread::spawn(move || {
+            t.publish(5).unwrap();
+        });
+        let got = loom::future::block_on(async { *reader.next_async().await.unwrap() });
+        assert_eq!(got, 5);
+        publisher.join().unwrap();
+    });
+}
+
+/// A pending `next_async` dropped while a publisher runs withdraws its announcement: afterwards no
+/// reader counts as parked, and the record is still there for the next read (cancellation loses
+/// nothing).
+#[test]
+fn dropped_async_wait_withdraws() {
+    model(|| {
+        use std::{future::Future, pin::pin, task::Context};
+        let topic = Topic::<u64>::new("m", config().timestamps(false)).unwrap();
+        let mut reader = topic.reader(0, Start::Earliest).unwrap();
+        let t = topic.clone();
+        let publisher = thread::spawn(move || {
+            t.publish(5).unwrap();
+        });
+        {
+            let waker = futures_noop_waker();
+            let mut cx = Context::from_waker(&waker);
+            let mut next = pin!(reader.next_async());
+            if let std::task::Poll::Ready(r) = next.as_mut().poll(&mut cx) {
+                assert_eq!(*r.unwrap(), 5);
+                publisher.join().unwrap();
+                return;
+            }
+        }
+        publisher.join().unwrap();
+        assert_eq!(topic.stats().partitions[0].parked_readers, 0);
+        assert_eq!(*reader.try_next().unwrap(), 5);
+    });
+}
+
+/// A waker that does nothing (the model checks the announcement, not the wake-up).
+fn futures_noop_waker() -> std::task::Waker {
+    use std::task::{RawWaker, RawWakerVTable};
+    fn clone(_: *const ()) -> RawWaker {
+        RawWaker::new(std::ptr::null(), &VTABLE)
+    }
+    fn noop(_: *const ()) {}
+    static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, noop, noop, noop);
+    // SAFETY: every function of the vtable ignores the (null) data pointer.
+    unsafe { std::task::Waker::from_raw(RawWaker::new(std::ptr::null(), &VTABLE)) }
+}
