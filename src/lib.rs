@@ -76,7 +76,7 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(missing_docs)]
-#![warn(unreachable_pub)]
+#![warn(unreachable_pub, missing_debug_implementations)]
 
 mod broker;
 mod clock;

@@ -525,13 +525,14 @@ impl<T> std::ops::Deref for Record<'_, T> {
     }
 }
 
-impl<T: fmt::Debug> fmt::Debug for Record<'_, T> {
+impl<T> fmt::Debug for Record<'_, T> {
+    /// Shows where the record is, not its payload (records may carry secrets; print the value
+    /// yourself where that is fine).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Record")
             .field("partition", &self.partition)
             .field("offset", &self.offset)
-            .field("value", self.value())
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
@@ -585,7 +586,7 @@ impl<'a, T> Batch<'a, T> {
     }
 }
 
-impl<T: fmt::Debug> fmt::Debug for Batch<'_, T> {
+impl<T> fmt::Debug for Batch<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Batch")
             .field("partition", &self.partition)

@@ -52,7 +52,7 @@ use crate::{
 };
 
 /// A record that a subscription gave up on, as written to the dead-letter topic.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct DeadLetter<T> {
     /// The topic the record came from.
     pub topic: String,
@@ -68,6 +68,20 @@ pub struct DeadLetter<T> {
     pub error: String,
     /// The value (a clone of the record's value).
     pub value: T,
+}
+
+impl<T> fmt::Debug for DeadLetter<T> {
+    /// Everything but the payload.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeadLetter")
+            .field("topic", &self.topic)
+            .field("partition", &self.partition)
+            .field("offset", &self.offset)
+            .field("subscription", &self.subscription)
+            .field("attempts", &self.attempts)
+            .field("error", &self.error)
+            .finish_non_exhaustive()
+    }
 }
 
 /// How long to wait before the next attempt.
@@ -301,6 +315,17 @@ pub struct Delivery<'a, T> {
     record: Record<'a, T>,
     handle: AckHandle,
     attempt: u32,
+}
+
+impl<T> fmt::Debug for Delivery<'_, T> {
+    /// Shows which delivery it is, not the payload.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Delivery")
+            .field("partition", &self.record.partition())
+            .field("offset", &self.record.offset())
+            .field("attempt", &self.attempt)
+            .finish()
+    }
 }
 
 impl<'a, T> Delivery<'a, T> {

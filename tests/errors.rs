@@ -1,6 +1,6 @@
 //! Every error case of the core, typed, and nothing lost.
 
-use logbus::{Broker, Error, Overflow, Producers, PublishError, Topic, TopicConfig};
+use logbus::{Broker, Error, Overflow, Producers, PublishError, Start, Topic, TopicConfig};
 
 #[test]
 fn invalid_names() {
@@ -150,4 +150,40 @@ fn handles_are_send_sync_where_they_should_be() {
     sync::<logbus::Reader<String>>();
     send::<Error>();
     sync::<Error>();
+    send::<logbus::Consumer<String>>();
+    send::<logbus::GroupMember<String>>();
+    send::<logbus::Group<String>>();
+    sync::<logbus::Group<String>>();
+    send::<logbus::Subscription<String>>();
+    sync::<logbus::Subscription<String>>();
+    send::<logbus::AckHandle>();
+    sync::<logbus::AckHandle>();
+    send::<logbus::OwnedRecord<String>>();
+    send::<logbus::PublishError<String>>();
+    sync::<logbus::ReadError>();
+    // Errors are std errors, so `?` into `Box<dyn Error + Send + Sync>` works.
+    fn std_error<E: std::error::Error + Send + Sync + 'static>() {}
+    std_error::<Error>();
+    std_error::<logbus::ReadError>();
+    std_error::<logbus::PublishError<String>>();
+    std_error::<logbus::GroupError>();
+}
+
+/// `Debug` says where a record is, never what it carries.
+#[test]
+fn debug_output_never_prints_payloads() {
+    let topic = Topic::<String>::new("secrets", TopicConfig::default()).unwrap();
+    let mut reader = topic.reader(0, Start::Earliest).unwrap();
+    topic.publish("hunter2".to_owned()).unwrap();
+    topic.publish("hunter3".to_owned()).unwrap();
+    let shown = {
+        let r = reader.try_next().unwrap();
+        format!("{r:?} {:?}", r.to_owned_record())
+    };
+    let batch = format!("{:?}", reader.try_next_batch(8).unwrap());
+    let refused = format!("{:?}", logbus::PublishError::Closed("hunter4".to_owned()));
+    for text in [&shown, &batch, &refused] {
+        assert!(!text.contains("hunter"), "payload printed: {text}");
+    }
+    assert!(shown.contains("offset: 0"), "{shown}");
 }
