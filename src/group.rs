@@ -27,6 +27,7 @@ use crate::{
     reader::{resume_position, Batch, Reader, Start},
     sync::{lock, Arc, AtomicU64, Mutex, Ordering},
     topic::Topic,
+    trace::event,
     wait::{scan, take_rotating, wait_any, Waited},
 };
 
@@ -233,6 +234,11 @@ impl<T: Send + Sync + 'static> fmt::Debug for Group<T> {
 }
 
 impl<T: Send + Sync + 'static> Group<T> {
+    /// The topic the group consumes.
+    pub fn topic(&self) -> &Topic<T> {
+        &self.topic
+    }
+
     pub(crate) fn new(topic: Topic<T>, shared: Arc<GroupShared>) -> Self {
         Group { topic, shared }
     }
@@ -361,15 +367,30 @@ impl<T: Send + Sync + 'static> GroupMember<T> {
 
     /// Applies any change of the group; `Some` when the user must hear of it.
     fn sync(&mut self) -> Option<Rebalance> {
-        if let Some(r) = self.pending.take() {
-            return Some(r);
+        let change = match self.pending.take() {
+            Some(r) => Some(r),
+            // SeqCst: see the module's Orderings.
+            None if self.group.version.load(Ordering::SeqCst) == self.seen
+                && self.reported_revoke.is_none() =>
+            {
+                return None
+            }
+            None => self.sync_locked(),
+        };
+        // After the group lock is released: a tracing subscriber is the application's code (I6).
+        if let Some(r) = &change {
+            event!(
+                info,
+                topic = %self.topic.name(),
+                group = %self.group.name,
+                member = %self.name,
+                revoked = ?r.revoked,
+                assigned = ?r.assigned,
+                "group rebalance"
+            );
+            let _ = r;
         }
-        // SeqCst: see the module's Orderings.
-        if self.group.version.load(Ordering::SeqCst) == self.seen && self.reported_revoke.is_none()
-        {
-            return None;
-        }
-        self.sync_locked()
+        change
     }
 
     fn sync_locked(&mut self) -> Option<Rebalance> {

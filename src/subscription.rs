@@ -49,6 +49,7 @@ use crate::{
         wait_timeout, Arc, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering,
     },
     topic::Topic,
+    trace::event,
 };
 
 /// A record that a subscription gave up on, as written to the dead-letter topic.
@@ -547,12 +548,24 @@ impl<T: Clone + Send + Sync + 'static> SubscriptionBuilder<T> {
             filter: self.filter,
             ack_wait: self.ack_wait,
             max_deliver: self.max_deliver,
+            #[cfg(feature = "metrics")]
+            ack_latency: crate::metrics::ack_latency(self.topic.name(), &self.name),
             seed: 0x9e37_79b9_7f4a_7c15 ^ (Arc::as_ptr(&shared) as u64),
         };
         let thread = thread::Builder::new()
             .name(format!("logbus-sub-{}", self.name))
             .spawn(move || {
+                #[cfg(feature = "tracing")]
+                let _span = tracing::info_span!(
+                    target: "logbus",
+                    "logbus.subscription",
+                    topic = %ctx.topic.name(),
+                    subscription = %ctx.shared.name
+                )
+                .entered();
+                event!(info, "subscription started");
                 ctx.run(source, &mut process);
+                event!(info, "subscription stopped");
             })
             .map_err(|_| Error::InvalidConfig("could not start the subscription's thread"))?;
         Ok(Subscription {
@@ -657,6 +670,8 @@ struct Context<T: Send + Sync + 'static> {
     ack_wait: Duration,
     max_deliver: u32,
     seed: u64,
+    #[cfg(feature = "metrics")]
+    ack_latency: metrics::Histogram,
 }
 
 /// Records a subscription takes from its consumer at a time.
@@ -785,6 +800,14 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
     /// Writes the record to the dead-letter topic. `Step::Stop` if that topic refuses it, so the
     /// record is not passed without being dead-lettered (I7).
     fn dead_letter(&self, record: &Record<'_, T>, attempts: u32, error: String) -> Step {
+        event!(
+            warn,
+            partition = record.partition(),
+            offset = record.offset(),
+            attempts,
+            error = %error,
+            "dead-lettering a record"
+        );
         let letter = DeadLetter {
             topic: self.topic.name().to_owned(),
             partition: record.partition(),
@@ -832,6 +855,14 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
                 return self.dead_letter(record, attempt, error);
             }
             let delay = self.retry.backoff.delay(attempt, &mut self.seed);
+            event!(
+                debug,
+                offset = record.offset(),
+                attempt,
+                error = %error,
+                ?delay,
+                "attempt failed, retrying"
+            );
             if self.shared.sleep_unless_closing(delay) {
                 return Step::Stop;
             }
@@ -874,6 +905,8 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
             };
             // Relaxed: see the module's Orderings (`in_flight`).
             self.shared.in_flight.store(1, Ordering::Relaxed);
+            #[cfg(feature = "metrics")]
+            let delivered_at = Instant::now();
             let result = catch_unwind(AssertUnwindSafe(|| handler(delivery)));
             let mut error = match result {
                 Ok(Ok(())) => None,
@@ -888,6 +921,9 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
             self.shared.in_flight.store(0, Ordering::Release); // see Orderings (`in_flight`)
             let retry_after = match outcome {
                 Awaited::Settled(Outcome::Ack) => {
+                    #[cfg(feature = "metrics")]
+                    self.ack_latency
+                        .record(delivered_at.elapsed().as_secs_f64());
                     self.count(&self.shared.delivered);
                     return Step::Done;
                 }
@@ -1016,6 +1052,11 @@ impl<T: Send + Sync + 'static> Subscription<T> {
     /// The subscription's name.
     pub fn name(&self) -> &str {
         &self.shared.name
+    }
+
+    /// The topic it subscribes to.
+    pub fn topic(&self) -> &Topic<T> {
+        &self.topic
     }
 
     /// Where this subscription's dead letters go.

@@ -104,7 +104,12 @@ impl<T: Send + Sync + 'static> Topic<T> {
     pub fn new(name: &str, config: TopicConfig<T>) -> Result<Self, Error> {
         config.validate()?;
         let partitions = (0..config.partitions)
-            .map(|_| Arc::new(Log::new(&config)))
+            .map(|_p| {
+                let log = Log::new(&config);
+                #[cfg(feature = "tracing")]
+                let log = log.with_label(name, _p);
+                Arc::new(log)
+            })
             .collect();
         Ok(Topic {
             inner: Arc::new(TopicInner {

@@ -214,6 +214,9 @@ pub(crate) struct Log<T> {
     pool: Arc<Pool<T>>,
     epoch: Epoch,
     max_records: Option<u64>,
+    /// Topic name and partition, for tracing events.
+    #[cfg(feature = "tracing")]
+    label: (String, u32),
     max_bytes: Option<(u64, SizeFn<T>)>,
     max_age_nanos: Option<u64>,
     overflow: Overflow,
@@ -257,6 +260,8 @@ impl<T: Send + Sync + 'static> Log<T> {
             pool: Pool::new(size, !single, POOL_KEEP),
             epoch: Epoch::new(),
             max_records: config.max_records,
+            #[cfg(feature = "tracing")]
+            label: (String::new(), 0),
             max_bytes: config.max_bytes.clone(),
             max_age_nanos: config
                 .max_age
@@ -359,13 +364,34 @@ impl<T: Send + Sync + 'static> Log<T> {
             // Release: the directory entry is stored before lookups may ask for it.
             self.installed.store(next, Ordering::Release);
         }
-        self.trim(&mut admin, &guard);
+        let trimmed = self.trim(&mut admin, &guard);
+        drop(guard);
+        drop(admin);
+        if let Some(start) = trimmed {
+            // After the lock: a tracing subscriber is the application's code (I6).
+            crate::trace::event!(
+                debug,
+                topic = %self.label.0,
+                partition = self.label.1,
+                start,
+                "retention trimmed"
+            );
+            let _ = start;
+        }
     }
 
-    /// Unlinks whole segments that retention no longer keeps. Caller holds the admin lock.
-    fn trim(&self, admin: &mut Admin, guard: &Guard) {
+    /// Names the log in tracing events.
+    #[cfg(feature = "tracing")]
+    pub(crate) fn with_label(mut self, topic: &str, partition: u32) -> Self {
+        self.label = (topic.to_owned(), partition);
+        self
+    }
+
+    /// Unlinks whole segments that retention no longer keeps; the new start if it moved. Caller
+    /// holds the admin lock.
+    fn trim(&self, admin: &mut Admin, guard: &Guard) -> Option<u64> {
         if self.max_records.is_none() && self.max_bytes.is_none() && self.max_age_nanos.is_none() {
-            return;
+            return None;
         }
         let end = self.end();
         let head = end >> self.shift;
@@ -430,6 +456,7 @@ impl<T: Send + Sync + 'static> Log<T> {
             // thread's bag of deferred functions fills up, so they come back to the pool soon.
             guard.flush();
         }
+        trimmed_to
     }
 
     /// Whether slot `i` of `seg` is published.
