@@ -549,7 +549,7 @@ impl<T: Clone + Send + Sync + 'static> SubscriptionBuilder<T> {
             ack_wait: self.ack_wait,
             max_deliver: self.max_deliver,
             #[cfg(feature = "metrics")]
-            ack_latency: crate::metrics::ack_latency(self.topic.name(), &self.name),
+            ack_latency: None,
             seed: 0x9e37_79b9_7f4a_7c15 ^ (Arc::as_ptr(&shared) as u64),
         };
         let thread = thread::Builder::new()
@@ -670,8 +670,9 @@ struct Context<T: Send + Sync + 'static> {
     ack_wait: Duration,
     max_deliver: u32,
     seed: u64,
+    /// Registered on the first acked delivery (ack mode only).
     #[cfg(feature = "metrics")]
-    ack_latency: metrics::Histogram,
+    ack_latency: Option<metrics::Histogram>,
 }
 
 /// Records a subscription takes from its consumer at a time.
@@ -922,8 +923,12 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
             let retry_after = match outcome {
                 Awaited::Settled(Outcome::Ack) => {
                     #[cfg(feature = "metrics")]
-                    self.ack_latency
-                        .record(delivered_at.elapsed().as_secs_f64());
+                    {
+                        let (topic, name) = (self.topic.name(), &self.shared.name);
+                        self.ack_latency
+                            .get_or_insert_with(|| crate::metrics::ack_latency(topic, name))
+                            .record(delivered_at.elapsed().as_secs_f64());
+                    }
                     self.count(&self.shared.delivered);
                     return Step::Done;
                 }
