@@ -290,6 +290,8 @@ impl<T: Send + Sync + 'static> Group<T> {
             reported_revoke: None,
             pending: None,
             next: 0,
+            #[cfg(feature = "async")]
+            announced: false,
         };
         // Take what is free now; the assignment is reported by the first poll.
         m.pending = m.sync_locked();
@@ -342,6 +344,9 @@ pub struct GroupMember<T: Send + Sync + 'static> {
     /// A change made at join time, reported by the first poll.
     pending: Option<Rebalance>,
     next: usize,
+    /// Whether this member, polled as a `Stream`, is announced as parked (`crate::stream`).
+    #[cfg(feature = "async")]
+    pub(crate) announced: bool,
 }
 
 impl<T: Send + Sync + 'static> fmt::Debug for GroupMember<T> {
@@ -535,6 +540,30 @@ impl<T: Send + Sync + 'static> GroupMember<T> {
         take_rotating(&mut self.readers, &mut self.next, i, max)
     }
 
+    /// Applies a group change (async polls); `Some` when the user must hear of it.
+    #[cfg(feature = "async")]
+    pub(crate) fn sync_async(&mut self) -> Option<Rebalance> {
+        self.sync()
+    }
+
+    /// Whether the group changed since this member last synced, or its waker was interrupted
+    /// (consumes the interrupt). Async polls check it after announcing themselves.
+    #[cfg(feature = "async")]
+    pub(crate) fn disturbed(&self) -> bool {
+        // SeqCst: see the module's Orderings.
+        self.waker.take_interrupt() || self.group.version.load(Ordering::SeqCst) != self.seen
+    }
+
+    #[cfg(feature = "async")]
+    pub(crate) fn async_parts(&mut self) -> (&mut [Reader<T>], usize, Arc<Waker>) {
+        (&mut self.readers, self.next, Arc::clone(&self.waker))
+    }
+
+    #[cfg(feature = "async")]
+    pub(crate) fn take_ready(&mut self, i: usize, max: u64) -> Batch<'_, T> {
+        self.take(i, max)
+    }
+
     fn owned(&self, partition: u32) -> Result<usize, Error> {
         self.readers
             .iter()
@@ -641,6 +670,8 @@ impl<T: Send + Sync + 'static> GroupMember<T> {
 
 impl<T: Send + Sync + 'static> Drop for GroupMember<T> {
     fn drop(&mut self) {
+        #[cfg(feature = "async")]
+        crate::stream::leave_member(self);
         let mut st = lock(&self.group.state);
         self.readers.clear();
         for o in st.owner.iter_mut() {

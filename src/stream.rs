@@ -1,5 +1,5 @@
-//! Async readers and consumers (the `async` feature): `next_async` / `poll_async` futures and
-//! `futures_core::Stream`, runtime-agnostic.
+//! Async readers, consumers and group members (the `async` feature): `next_async` / `poll_async`
+//! futures and `futures_core::Stream`, runtime-agnostic.
 //!
 //! A task waits the way a thread parks (see [`crate::wait`] and the log's `Waker`): it checks for
 //! records, stores its task waker beside the futex word, announces itself as parked in every log it
@@ -28,6 +28,7 @@ use futures_core::Stream;
 use crate::{
     consumer::Consumer,
     error::ReadError,
+    group::{GroupError, GroupMember},
     log::{Log, Waker},
     reader::{Batch, OwnedRecord, Reader, Record, SCAN},
     sync::Arc,
@@ -321,5 +322,128 @@ impl<T: Send + Sync + 'static> Drop for Consumer<T> {
             self.announced = false;
             waker.clear_task();
         }
+    }
+}
+
+impl<T: Send + Sync + 'static> GroupMember<T> {
+    /// Up to `max` records of one assigned partition, or a rebalance, waiting without blocking the
+    /// thread (the `async` feature). Like [`GroupMember::poll_timeout`] with no timeout: a member
+    /// with no partitions waits until the group changes. Cancel-safe.
+    pub fn poll_async(&mut self, max: usize) -> PollGroup<'_, T> {
+        PollGroup {
+            member: Some(self),
+            max: max.max(1) as u64,
+            announced: false,
+        }
+    }
+}
+
+/// The future of [`GroupMember::poll_async`].
+#[must_use = "futures do nothing unless polled"]
+pub struct PollGroup<'m, T: Send + Sync + 'static> {
+    member: Option<&'m mut GroupMember<T>>,
+    max: u64,
+    announced: bool,
+}
+
+impl<T: Send + Sync + 'static> fmt::Debug for PollGroup<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PollGroup")
+            .field("max", &self.max)
+            .field("done", &self.member.is_none())
+            .finish_non_exhaustive()
+    }
+}
+
+/// One poll of a member: a ready reader's index, a rebalance or error, or `Pending` (announced).
+fn poll_member<T: Send + Sync + 'static>(
+    member: &mut GroupMember<T>,
+    announced: &mut bool,
+    cx: &mut Context<'_>,
+    max: u64,
+) -> Poll<Result<usize, GroupError>> {
+    loop {
+        // Withdraw before syncing: a rebalance changes the readers the announcement was made in.
+        let (readers, _, waker) = member.async_parts();
+        withdraw(readers, &waker, announced);
+        if let Some(r) = member.sync_async() {
+            return Poll::Ready(Err(GroupError::Rebalanced(r)));
+        }
+        let (readers, from, waker) = member.async_parts();
+        match poll_ready(readers, from, &waker, announced, cx, max) {
+            Poll::Ready(Ok(i)) => return Poll::Ready(Ok(i)),
+            Poll::Ready(Err((_, e))) => return Poll::Ready(Err(GroupError::Read(e))),
+            // Announced: a group change from now on interrupts the waker and wakes the task; one
+            // that came before is seen here (the same handshake as a parking thread).
+            Poll::Pending if member.disturbed() => continue,
+            Poll::Pending => return Poll::Pending,
+        }
+    }
+}
+
+impl<'m, T: Send + Sync + 'static> Future for PollGroup<'m, T> {
+    type Output = Result<Batch<'m, T>, GroupError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let member = this
+            .member
+            .as_mut()
+            .expect("PollGroup polled after it completed");
+        match poll_member(member, &mut this.announced, cx, this.max) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Ready(Ok(i)) => {
+                let member = this.member.take().expect("checked above");
+                Poll::Ready(Ok(member.take_ready(i, this.max)))
+            }
+        }
+    }
+}
+
+impl<T: Send + Sync + 'static> Drop for PollGroup<'_, T> {
+    fn drop(&mut self) {
+        if let Some(member) = self.member.as_mut() {
+            if self.announced {
+                let (readers, _, waker) = member.async_parts();
+                withdraw(readers, &waker, &mut self.announced);
+                waker.clear_task();
+            }
+        }
+    }
+}
+
+/// A member is a stream of owned records over its partitions; rebalances are items
+/// (`Err(GroupError::Rebalanced(_))`, after which it goes on), and it ends when its partitions are
+/// closed and fully read.
+impl<T: Clone + Send + Sync + 'static> Stream for GroupMember<T> {
+    type Item = Result<OwnedRecord<T>, GroupError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        let mut announced = this.announced;
+        let polled = poll_member(this, &mut announced, cx, 1);
+        this.announced = announced;
+        match polled {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Err(GroupError::Read(ReadError::Closed))) => Poll::Ready(None),
+            Poll::Ready(Err(e)) => Poll::Ready(Some(Err(e))),
+            Poll::Ready(Ok(i)) => {
+                let batch = this.take_ready(i, 1);
+                let record = batch.iter().next().expect("a ready batch is not empty");
+                Poll::Ready(Some(Ok(record.to_owned_record())))
+            }
+        }
+    }
+}
+
+/// A member polled as a stream and dropped while pending withdraws here.
+pub(crate) fn leave_member<T: Send + Sync + 'static>(member: &mut GroupMember<T>) {
+    if member.announced {
+        let mut announced = true;
+        let (readers, _, waker) = member.async_parts();
+        withdraw(readers, &waker, &mut announced);
+        waker.clear_task();
+        member.announced = false;
     }
 }

@@ -215,3 +215,61 @@ fn iterating_a_reader() {
     assert_eq!(n, 1_000);
     publisher.join().unwrap();
 }
+
+/// A group member with no partitions waits (as a pending task) until the group changes: when the
+/// owner leaves, the task is woken, hears of its assignment, then gets the records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_group_member_task_wakes_when_the_owner_leaves() {
+    let topic: Topic<u64> = Topic::new("jobs", TopicConfig::default()).unwrap();
+    let group = topic.group("workers").unwrap();
+    let mut a = group.join("a").unwrap();
+    let mut b = group.join("b").unwrap();
+    assert!(matches!(a.poll(8), Err(logbus::GroupError::Rebalanced(_))));
+    assert!(b.assignment().is_empty(), "one partition, owned by a");
+    for v in 0..5 {
+        topic.publish(v).unwrap();
+    }
+    let waiter = tokio::spawn(async move {
+        let mut got = Vec::new();
+        let mut rebalances = 0;
+        while got.len() < 5 {
+            match b.poll_async(8).await {
+                Ok(batch) => got.extend(batch.values().copied()),
+                Err(logbus::GroupError::Rebalanced(r)) => {
+                    rebalances += 1;
+                    assert_eq!(r.assigned, vec![0]);
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        (got, rebalances)
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await; // let b wait (not a check)
+    drop(a.poll(8)); // a still owns the partition and reads nothing it does not commit
+    drop(a);
+    let (got, rebalances) = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the idle member's task was never woken")
+        .unwrap();
+    assert_eq!(got, vec![0, 1, 2, 3, 4], "nothing was committed: b starts at the start");
+    assert_eq!(rebalances, 1);
+}
+
+#[test]
+fn a_group_member_is_a_stream_until_closed() {
+    let topic: Topic<u64> = Topic::new("stream-g", TopicConfig::default().partitions(2)).unwrap();
+    let member = topic.group("g").unwrap().join("only").unwrap();
+    let publisher = publish_from_thread(&topic, 1_000, 100);
+    let items: Vec<_> = block_on(member.collect::<Vec<_>>());
+    publisher.join().unwrap();
+    let mut values: Vec<u64> = items
+        .into_iter()
+        .filter_map(|i| match i {
+            Ok(r) => Some(r.value),
+            Err(logbus::GroupError::Rebalanced(_)) => None,
+            Err(e) => panic!("{e}"),
+        })
+        .collect();
+    values.sort_unstable();
+    assert_eq!(values, (0..1_000).collect::<Vec<_>>());
+}
