@@ -104,7 +104,7 @@
 //! ## Feature flags
 //! | feature | what it adds |
 //! | --- | --- |
-//! | `async` | `Reader::next_async`, `Consumer::poll_async`, `GroupMember::poll_async` and `futures_core::Stream` for readers, consumers and group members (runtime-agnostic, cancel-safe) |
+//! | `async` | `Reader::next_async`, `Consumer::poll_async`, `GroupMember::poll_async` and `futures_core::Stream` for readers, consumers and group members; `Topic::publish_async`, which waits as a task under `Overflow::Block` (runtime-agnostic, cancel-safe) |
 //! | `metrics` | `export_metrics` on topics, consumers, groups and subscriptions (the `metrics` facade; names below) |
 //! | `tracing` | `tracing` spans and events for the rare paths (names below) |
 //!

@@ -26,12 +26,14 @@ use std::{
 use futures_core::Stream;
 
 use crate::{
+    config::Overflow,
     consumer::Consumer,
-    error::ReadError,
+    error::{PublishError, ReadError},
     group::{GroupError, GroupMember},
     log::{Log, Waker},
     reader::{Batch, OwnedRecord, Reader, Record, SCAN},
     sync::Arc,
+    topic::{Published, Topic},
     wait::scan,
 };
 
@@ -445,5 +447,97 @@ pub(crate) fn leave_member<T: Send + Sync + 'static>(member: &mut GroupMember<T>
         withdraw(readers, &waker, &mut announced);
         waker.clear_task();
         member.announced = false;
+    }
+}
+
+impl<T: Send + Sync + 'static> Topic<T> {
+    /// Publishes a record (round-robin over partitions) without blocking the thread: on a topic
+    /// whose overflow policy is [`Overflow::Block`], the task waits until the slowest reader makes
+    /// room (or the topic closes); under the other policies it completes at once, like
+    /// [`Topic::publish`]. The value is handed back on every error; dropping the future before it
+    /// completes publishes nothing and drops the value.
+    ///
+    /// ```
+    /// # futures::executor::block_on(async {
+    /// use logbus::{Overflow, Start, Topic, TopicConfig};
+    /// let config = TopicConfig::default().max_records(1).overflow(Overflow::Block);
+    /// let topic = Topic::<u32>::new("gate", config).unwrap();
+    /// let mut reader = topic.reader(0, Start::Earliest).unwrap();
+    /// topic.publish_async(1).await.unwrap();
+    /// // The log is full until the reader reads; a thread reads in a moment.
+    /// let t = std::thread::spawn(move || *reader.next().unwrap());
+    /// let second = topic.publish_async(2).await.unwrap();
+    /// assert_eq!((second.offset, t.join().unwrap()), (1, 1));
+    /// # });
+    /// ```
+    pub fn publish_async(&self, value: T) -> PublishAsync<'_, T> {
+        PublishAsync {
+            topic: self,
+            partition: self.round_robin_partition(),
+            value: Some(value),
+            announced: false,
+        }
+    }
+}
+
+/// The future of [`Topic::publish_async`].
+#[must_use = "futures do nothing unless polled"]
+pub struct PublishAsync<'t, T: Send + Sync + 'static> {
+    topic: &'t Topic<T>,
+    partition: u32,
+    value: Option<T>,
+    announced: bool,
+}
+
+impl<T: Send + Sync + 'static> fmt::Debug for PublishAsync<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PublishAsync")
+            .field("topic", &self.topic.name())
+            .field("partition", &self.partition)
+            .field("done", &self.value.is_none())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Send + Sync + 'static> Unpin for PublishAsync<'_, T> {}
+
+impl<T: Send + Sync + 'static> Future for PublishAsync<'_, T> {
+    type Output = Result<Published, PublishError<T>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let log = this.topic.partition_log(this.partition);
+        loop {
+            if std::mem::take(&mut this.announced) {
+                log.withdraw_blocked();
+            }
+            let value = this
+                .value
+                .take()
+                .expect("PublishAsync polled after it completed");
+            match this.topic.publish_or_full(this.partition, value) {
+                Err(PublishError::Full(value))
+                    if this.topic.config().overflow == Overflow::Block =>
+                {
+                    this.value = Some(value);
+                    log.announce_blocked(cx.waker());
+                    this.announced = true;
+                    // The re-check after announcing: either it sees the room a reader made, or
+                    // that reader sees us and wakes the task (the handshake of `wait_for_room`).
+                    if !log.room_for_one() {
+                        return Poll::Pending;
+                    }
+                }
+                done => return Poll::Ready(done),
+            }
+        }
+    }
+}
+
+impl<T: Send + Sync + 'static> Drop for PublishAsync<'_, T> {
+    fn drop(&mut self) {
+        if self.announced {
+            self.topic.partition_log(self.partition).withdraw_blocked();
+        }
     }
 }

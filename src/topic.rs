@@ -175,6 +175,30 @@ impl<T: Send + Sync + 'static> Topic<T> {
         self.publish_at(partition, None, value)
     }
 
+    /// The round-robin partition for the next keyless publish (async publishes).
+    #[cfg(feature = "async")]
+    pub(crate) fn round_robin_partition(&self) -> u32 {
+        self.next_partition()
+    }
+
+    /// Like `publish_at`, but under `Block` fails with `Full` instead of waiting (async).
+    #[cfg(feature = "async")]
+    pub(crate) fn publish_or_full(
+        &self,
+        partition: u32,
+        value: T,
+    ) -> Result<Published, PublishError<T>> {
+        let log = &self.inner.partitions[partition as usize];
+        let size = self.size_of(&value);
+        let mut w = match log.claim_writer() {
+            Ok(w) => w,
+            Err(_) => return Err(PublishError::Busy(value)),
+        };
+        let result = log.publish_or_full(&mut w, value, None, size);
+        log.release_writer(&mut w);
+        result.map(|offset| Published { partition, offset })
+    }
+
     /// Publishes to `partition`, which the caller checked is in range.
     fn publish_at(
         &self,

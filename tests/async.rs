@@ -251,7 +251,11 @@ async fn an_idle_group_member_task_wakes_when_the_owner_leaves() {
         .await
         .expect("the idle member's task was never woken")
         .unwrap();
-    assert_eq!(got, vec![0, 1, 2, 3, 4], "nothing was committed: b starts at the start");
+    assert_eq!(
+        got,
+        vec![0, 1, 2, 3, 4],
+        "nothing was committed: b starts at the start"
+    );
     assert_eq!(rebalances, 1);
 }
 
@@ -272,4 +276,77 @@ fn a_group_member_is_a_stream_until_closed() {
         .collect();
     values.sort_unstable();
     assert_eq!(values, (0..1_000).collect::<Vec<_>>());
+}
+
+/// `publish_async` under `Block` waits as a task, not a thread: on a single-threaded runtime another
+/// task keeps running while the publisher waits, and lets a reader make room, which wakes it.
+#[test]
+fn publish_async_waits_under_block_without_blocking_the_thread() {
+    use logbus::Overflow;
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let result = runtime.block_on(async {
+            let config = TopicConfig::default()
+                .max_records(2)
+                .overflow(Overflow::Block);
+            let topic: Topic<u64> = Topic::new("gate", config).unwrap();
+            let mut reader = topic.reader(0, Start::Earliest).unwrap();
+            let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+            let reader_thread = std::thread::spawn(move || {
+                go_rx.recv().unwrap();
+                let mut got = Vec::new();
+                while let Ok(r) = reader.next() {
+                    got.push(*r);
+                }
+                got
+            });
+            // The other task: only it can let the reader go.
+            let ticker = tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                go_tx.send(()).unwrap();
+            });
+            for v in 0..100u64 {
+                let published = topic.publish_async(v).await.unwrap();
+                assert_eq!(published.offset, v);
+            }
+            ticker.await.unwrap();
+            topic.close();
+            reader_thread.join().unwrap()
+        });
+        done_tx.send(result).unwrap();
+    });
+    let got = done_rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the publisher blocked its thread: the other task never ran");
+    assert_eq!(got, (0..100).collect::<Vec<_>>());
+}
+
+/// Closing the topic wakes an async publisher waiting for room; it gets its value back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_wakes_a_waiting_async_publisher() {
+    use logbus::{Overflow, PublishError};
+    let config = TopicConfig::default()
+        .max_records(1)
+        .overflow(Overflow::Block);
+    let topic: Topic<u64> = Topic::new("closing", config).unwrap();
+    let _stuck = topic.reader(0, Start::Earliest).unwrap();
+    topic.publish_async(1).await.unwrap();
+    let t = topic.clone();
+    let waiting = tokio::spawn(async move { t.publish_async(2).await });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(
+        !waiting.is_finished(),
+        "the log is full: the publisher waits"
+    );
+    assert_eq!(topic.stats().partitions[0].end, 1);
+    topic.close();
+    let result = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("close did not wake the waiting publisher")
+        .unwrap();
+    assert!(matches!(result, Err(PublishError::Closed(2))));
 }

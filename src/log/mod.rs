@@ -206,6 +206,9 @@ pub(crate) struct Log<T> {
     writer_claimed: AtomicBool,
     /// Publishers blocked by `Overflow::Block` sleep here; readers bump it when they make room.
     space: Futex,
+    /// Async publishers blocked by `Overflow::Block`, woken with `space`.
+    #[cfg(feature = "async")]
+    blocked_tasks: Mutex<Vec<std::task::Waker>>,
     admin: Mutex<Admin>,
     /// The attached readers: an immutable snapshot, replaced under the admin lock and retired
     /// through the epoch (publishers read it only to wake parked readers or to compute room).
@@ -254,6 +257,8 @@ impl<T: Send + Sync + 'static> Log<T> {
             wakeups: AtomicU64::new(0),
             writer_claimed: AtomicBool::new(false),
             space: Futex::new(0),
+            #[cfg(feature = "async")]
+            blocked_tasks: Mutex::new(Vec::new()),
             admin: Mutex::new(Admin { oldest: 0 }),
             readers: Atomic::new(Vec::new()),
             dir: Directory::new(shift),
@@ -576,7 +581,8 @@ impl<T: Send + Sync + 'static> Log<T> {
         }
     }
 
-    /// Wakes publishers blocked by `Overflow::Block`, if any.
+    /// Wakes publishers blocked by `Overflow::Block`, if any (threads and, with the `async`
+    /// feature, tasks).
     fn made_room(&self) {
         light_barrier();
         // Acquire: see Orderings (`state`).
@@ -584,7 +590,53 @@ impl<T: Send + Sync + 'static> Log<T> {
             // Release: the new word value tells sleeping publishers to re-check.
             self.space.word().fetch_add(1, Ordering::Release);
             self.space.wake_all();
+            self.wake_blocked_tasks();
         }
+    }
+
+    /// Wakes the async publishers waiting for room (after the lock is released: wakers are the
+    /// executor's code, I6).
+    fn wake_blocked_tasks(&self) {
+        #[cfg(feature = "async")]
+        {
+            let tasks = std::mem::take(&mut *lock(&self.blocked_tasks));
+            for task in tasks {
+                task.wake();
+            }
+        }
+    }
+
+    /// An async publisher that found no room (`Block`) announces itself like a blocked thread:
+    /// stores its task waker, counts itself blocked, then the heavy barrier. The caller must
+    /// re-check for room afterwards (see [`Log::room_for_one`]) and withdraw once per announce.
+    #[cfg(feature = "async")]
+    pub(crate) fn announce_blocked(&self, task: &std::task::Waker) {
+        {
+            let mut tasks = lock(&self.blocked_tasks);
+            if !tasks.iter().any(|t| t.will_wake(task)) {
+                tasks.push(task.clone());
+            }
+        }
+        // SeqCst: the same handshake as `wait_for_room` (see Orderings, `state`).
+        self.state.fetch_add(BLOCKED_ONE, Ordering::SeqCst);
+        heavy_barrier();
+    }
+
+    /// Undoes [`Log::announce_blocked`].
+    #[cfg(feature = "async")]
+    pub(crate) fn withdraw_blocked(&self) {
+        // Relaxed: as in `wait_for_room`, a reader seeing us a moment longer only makes one spare
+        // wake-up.
+        self.state.fetch_sub(BLOCKED_ONE, Ordering::Relaxed);
+    }
+
+    /// Whether one more record fits now, or the log is closed (an async publisher's re-check).
+    #[cfg(feature = "async")]
+    pub(crate) fn room_for_one(&self) -> bool {
+        // Relaxed: a position for the room check only (the single writer's tail is stored when
+        // its writer is released, which the async publisher did before asking).
+        let end = self.tail.load(Ordering::Relaxed) & !TAIL_CLOSED;
+        self.is_closed() || self.has_room(end, 1)
     }
 
     fn slowest_reader(&self) -> Option<u64> {
@@ -718,13 +770,13 @@ impl<T: Send + Sync + 'static> Log<T> {
 
     /// Reserves `n` offsets for a multi-producer publish; applies the overflow policy.
     #[inline]
-    fn reserve_multi(&self, n: u64) -> Result<u64, Refusal> {
+    fn reserve_multi(&self, n: u64, policy: Overflow) -> Result<u64, Refusal> {
         if let Some(cap) = self.max_records {
-            if self.overflow != Overflow::DropOldest && n > cap {
+            if policy != Overflow::DropOldest && n > cap {
                 return Err(Refusal::TooLarge);
             }
         }
-        match self.overflow {
+        match policy {
             Overflow::DropOldest => {}
             Overflow::Block => {
                 // Relaxed: a position for the room check only.
@@ -765,18 +817,18 @@ impl<T: Send + Sync + 'static> Log<T> {
 
     /// Checks a single-producer publish of `n` records at `next` against close and overflow.
     #[inline]
-    fn admit_single(&self, next: u64, n: u64) -> Result<(), Refusal> {
+    fn admit_single(&self, next: u64, n: u64, policy: Overflow) -> Result<(), Refusal> {
         // Relaxed: the closed flag only; see `close` for the race this leaves on single-producer
         // logs.
         if self.state.load(Ordering::Relaxed) & CLOSED != 0 {
             return Err(Refusal::Closed);
         }
         if let Some(cap) = self.max_records {
-            if self.overflow != Overflow::DropOldest && n > cap {
+            if policy != Overflow::DropOldest && n > cap {
                 return Err(Refusal::TooLarge);
             }
         }
-        match self.overflow {
+        match policy {
             Overflow::DropOldest => Ok(()),
             Overflow::Block => self.wait_for_room(n, || next).map_err(|_| Refusal::Closed),
             Overflow::Reject if self.has_room(next, n) => Ok(()),
@@ -837,6 +889,38 @@ impl<T: Send + Sync + 'static> Log<T> {
         if self.single && self.plain {
             return self.publish_single_plain(w, value, key);
         }
+        self.publish_with(w, value, key, size, self.overflow)
+    }
+
+    /// Publishes one record; under `Block`, fails with `Full` instead of waiting (async publishers
+    /// wait as tasks instead, see [`Log::announce_blocked`]).
+    #[cfg(feature = "async")]
+    pub(crate) fn publish_or_full(
+        &self,
+        w: &mut Writer<T>,
+        value: T,
+        key: Option<u64>,
+        size: u64,
+    ) -> Result<u64, PublishError<T>> {
+        let policy = match self.overflow {
+            Overflow::Block => Overflow::Reject,
+            other => other,
+        };
+        if self.single && self.plain && policy == Overflow::DropOldest {
+            return self.publish_single_plain(w, value, key);
+        }
+        self.publish_with(w, value, key, size, policy)
+    }
+
+    #[inline]
+    fn publish_with(
+        &self,
+        w: &mut Writer<T>,
+        value: T,
+        key: Option<u64>,
+        size: u64,
+        policy: Overflow,
+    ) -> Result<u64, PublishError<T>> {
         if let Some((max, _)) = &self.max_bytes {
             if size > *max {
                 return Err(PublishError::TooLarge(value));
@@ -844,12 +928,12 @@ impl<T: Send + Sync + 'static> Log<T> {
         }
         let meta = Meta::new(self.stamp(), key);
         let offset = if self.single {
-            if let Err(r) = self.admit_single(w.next, 1) {
+            if let Err(r) = self.admit_single(w.next, 1, policy) {
                 return Err(r.with(value));
             }
             w.next
         } else {
-            match self.reserve_multi(1) {
+            match self.reserve_multi(1, policy) {
                 Ok(o) => o,
                 Err(r) => return Err(r.with(value)),
             }
@@ -914,10 +998,12 @@ impl<T: Send + Sync + 'static> Log<T> {
         }
         let meta = Meta::new(self.stamp(), None);
         let first = if self.single {
-            self.admit_single(w.next, n).map_err(|r| r.with(()))?;
+            self.admit_single(w.next, n, self.overflow)
+                .map_err(|r| r.with(()))?;
             w.next
         } else {
-            self.reserve_multi(n).map_err(|r| r.with(()))?
+            self.reserve_multi(n, self.overflow)
+                .map_err(|r| r.with(()))?
         };
         // Draining a Vec runs no user code (I6); the values move straight into their slots.
         for (k, value) in values.drain(..).enumerate() {
@@ -1019,6 +1105,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         // Release: tells blocked publishers to re-check (they will see CLOSED).
         self.space.word().fetch_add(1, Ordering::Release);
         self.space.wake_all();
+        self.wake_blocked_tasks();
     }
 
     // -------------------------------------------------------------------------------------------
