@@ -85,7 +85,17 @@ pub struct Reader<T: Send + Sync + 'static> {
 impl<T: Send + Sync + 'static> Reader<T> {
     pub(crate) fn new(log: Arc<Log<T>>, partition: u32, start: Start) -> Result<Self, Error> {
         let pos = resolve(&log, start)?;
-        Ok(Self::at(log, partition, pos, Waker::new()))
+        let mut reader = Self::at(log, partition, pos, Waker::new());
+        // Retention may have trimmed past `pos` between resolving it and registering (registering
+        // takes the admin lock, so every trim from now on sees this reader). A reader asked for the
+        // earliest record starts at the new start rather than reporting lag it never had.
+        if start == Start::Earliest {
+            let now = reader.log.start();
+            if now > pos {
+                reader.reposition(now);
+            }
+        }
+        Ok(reader)
     }
 
     /// A reader at `pos` (already resolved) that sleeps on `waker`.
