@@ -433,15 +433,16 @@ impl<T: Send + Sync + 'static> GroupMember<T> {
                 continue;
             }
             let log = self.topic.partition_log(p);
-            let pos = resume_position(
-                log,
-                committed.as_ref().and_then(|c| c[p as usize]),
-                st.start,
-            )
-            .unwrap_or_else(|_| log.start()); // an offset start that retention passed
+            let resume = committed.as_ref().and_then(|c| c[p as usize]);
+            // An offset start that retention passed starts at the start.
+            let pos = resume_position(log, resume, st.start).unwrap_or_else(|_| log.start());
             st.owner[p as usize] = Some(self.id);
-            self.readers
-                .push(Reader::at(Arc::clone(log), p, pos, Arc::clone(&self.waker)));
+            let mut reader = Reader::at(Arc::clone(log), p, pos, Arc::clone(&self.waker));
+            // As in `Reader::new`: a trim between resolving and registering is not lag.
+            if resume.is_none() && st.start == Start::Earliest && log.start() > pos {
+                reader.reposition(log.start());
+            }
+            self.readers.push(reader);
             assigned.push(p);
         }
         self.readers.sort_by_key(|r| r.partition());
