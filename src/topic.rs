@@ -98,6 +98,9 @@ impl<T: Send + Sync + 'static> fmt::Debug for Topic<T> {
     }
 }
 
+/// What a log's publish returns: the offset, or the error with the value.
+type PublishResult<T> = Result<u64, PublishError<T>>;
+
 impl<T: Send + Sync + 'static> Topic<T> {
     /// A topic outside any broker. [`Broker::topic`](crate::Broker::topic) is the usual way; this
     /// one checks the configuration but not the name.
@@ -188,15 +191,7 @@ impl<T: Send + Sync + 'static> Topic<T> {
         partition: u32,
         value: T,
     ) -> Result<Published, PublishError<T>> {
-        let log = &self.inner.partitions[partition as usize];
-        let size = self.size_of(&value);
-        let mut w = match log.claim_writer() {
-            Ok(w) => w,
-            Err(_) => return Err(PublishError::Busy(value)),
-        };
-        let result = log.publish_or_full(&mut w, value, None, size);
-        log.release_writer(&mut w);
-        result.map(|offset| Published { partition, offset })
+        self.publish_with(partition, None, value, Log::publish_or_full)
     }
 
     /// Publishes to `partition`, which the caller checked is in range.
@@ -206,13 +201,25 @@ impl<T: Send + Sync + 'static> Topic<T> {
         key: Option<u64>,
         value: T,
     ) -> Result<Published, PublishError<T>> {
+        self.publish_with(partition, key, value, Log::publish)
+    }
+
+    /// Claims the partition's writer, publishes through `publish`, lets the writer go.
+    #[inline]
+    fn publish_with(
+        &self,
+        partition: u32,
+        key: Option<u64>,
+        value: T,
+        publish: impl FnOnce(&Log<T>, &mut Writer<T>, T, Option<u64>, u64) -> PublishResult<T>,
+    ) -> Result<Published, PublishError<T>> {
         let log = &self.inner.partitions[partition as usize];
         let size = self.size_of(&value);
         let mut w = match log.claim_writer() {
             Ok(w) => w,
             Err(_) => return Err(PublishError::Busy(value)),
         };
-        let result = log.publish(&mut w, value, key, size);
+        let result = publish(log, &mut w, value, key, size);
         log.release_writer(&mut w);
         result.map(|offset| Published { partition, offset })
     }
