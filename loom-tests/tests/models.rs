@@ -16,11 +16,19 @@ use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use logbus::{Overflow, Producers, ReadError, Start, Topic, TopicConfig, WaitStrategy};
 use loom::{sync::Arc, thread};
 
-/// Runs a model with room for the epoch collector's many atomic steps.
+/// Runs a model with room for the epoch collector's many atomic steps, and says how many
+/// interleavings it explored (visible with `--nocapture`).
 fn model(f: impl Fn() + Sync + Send + 'static) {
     let mut builder = loom::model::Builder::new();
     builder.max_branches = 100_000;
-    builder.check(f);
+    let runs = std::sync::Arc::new(AtomicUsize::new(0));
+    let counter = std::sync::Arc::clone(&runs);
+    builder.check(move || {
+        counter.fetch_add(1, SeqCst);
+        f()
+    });
+    let name = std::thread::current().name().unwrap_or("model").to_owned();
+    eprintln!("loom: {name}: {} interleavings", runs.load(SeqCst));
 }
 
 /// Readers park as soon as nothing is ready: the smallest state space, and the park path always
