@@ -89,15 +89,41 @@ fn withdraw<T: Send + Sync + 'static>(readers: &[Reader<T>], waker: &Waker, anno
     }
 }
 
-/// A reader polled as a stream and dropped while pending withdraws here.
-pub(crate) fn leave_one<T: Send + Sync + 'static>(reader: &mut Reader<T>) {
-    if reader.announced {
-        let waker = Arc::clone(reader.waker());
-        let mut announced = true;
-        withdraw(std::slice::from_ref(reader), &waker, &mut announced);
-        reader.announced = false;
+/// What a pending future or stream does when dropped: withdraws its announcement, if any, and
+/// forgets its task.
+fn leave<T: Send + Sync + 'static>(readers: &[Reader<T>], waker: &Waker, announced: &mut bool) {
+    if *announced {
+        withdraw(readers, waker, announced);
         waker.clear_task();
     }
+}
+
+/// A reader polled as a stream and dropped while pending withdraws here.
+pub(crate) fn leave_one<T: Send + Sync + 'static>(reader: &mut Reader<T>) {
+    let mut announced = std::mem::take(&mut reader.announced);
+    if announced {
+        let waker = Arc::clone(reader.waker());
+        leave(std::slice::from_ref(reader), &waker, &mut announced);
+    }
+}
+
+/// One poll of a single reader. Records already ready are taken without touching the waker (no
+/// reference-count traffic on the common path); otherwise the full wait step of [`poll_ready`].
+fn poll_one<T: Send + Sync + 'static>(
+    reader: &mut Reader<T>,
+    announced: &mut bool,
+    cx: &mut Context<'_>,
+) -> Poll<Result<(), ReadError>> {
+    if !*announced {
+        match reader.poll_ready(SCAN) {
+            Ok(true) => return Poll::Ready(Ok(())),
+            Err(e) => return Poll::Ready(Err(e)),
+            Ok(false) => {}
+        }
+    }
+    let waker = Arc::clone(reader.waker());
+    poll_ready(std::slice::from_mut(reader), 0, &waker, announced, cx, SCAN)
+        .map(|r| r.map(|_| ()).map_err(|(_, e)| e))
 }
 
 impl<T: Send + Sync + 'static> Reader<T> {
@@ -147,19 +173,10 @@ impl<'r, T: Send + Sync + 'static> Future for NextRecord<'r, T> {
             .reader
             .as_mut()
             .expect("NextRecord polled after it completed");
-        let waker = Arc::clone(reader.waker());
-        let polled = poll_ready(
-            std::slice::from_mut(*reader),
-            0,
-            &waker,
-            &mut this.announced,
-            cx,
-            SCAN,
-        );
-        match polled {
+        match poll_one(reader, &mut this.announced, cx) {
             Poll::Pending => Poll::Pending,
-            Poll::Ready(Err((_, e))) => Poll::Ready(Err(e)),
-            Poll::Ready(Ok(_)) => {
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Ready(Ok(())) => {
                 let reader = this.reader.take().expect("checked above");
                 Poll::Ready(Ok(reader.take_one()))
             }
@@ -169,12 +186,9 @@ impl<'r, T: Send + Sync + 'static> Future for NextRecord<'r, T> {
 
 impl<T: Send + Sync + 'static> Drop for NextRecord<'_, T> {
     fn drop(&mut self) {
-        if let Some(reader) = self.reader.as_mut() {
-            if self.announced {
-                let waker = Arc::clone(reader.waker());
-                withdraw(std::slice::from_ref(*reader), &waker, &mut self.announced);
-                waker.clear_task();
-            }
+        if let (Some(reader), true) = (self.reader.as_ref(), self.announced) {
+            let waker = Arc::clone(reader.waker());
+            leave(std::slice::from_ref(*reader), &waker, &mut self.announced);
         }
     }
 }
@@ -187,22 +201,14 @@ impl<T: Clone + Send + Sync + 'static> Stream for Reader<T> {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
-        let waker = Arc::clone(this.waker());
         let mut announced = this.announced;
-        let polled = poll_ready(
-            std::slice::from_mut(this),
-            0,
-            &waker,
-            &mut announced,
-            cx,
-            SCAN,
-        );
+        let polled = poll_one(this, &mut announced, cx);
         this.announced = announced;
         match polled {
             Poll::Pending => Poll::Pending,
-            Poll::Ready(Err((_, ReadError::Closed))) => Poll::Ready(None),
-            Poll::Ready(Err((_, e))) => Poll::Ready(Some(Err(e))),
-            Poll::Ready(Ok(_)) => Poll::Ready(Some(Ok(this.take_one().to_owned_record()))),
+            Poll::Ready(Err(ReadError::Closed)) => Poll::Ready(None),
+            Poll::Ready(Err(e)) => Poll::Ready(Some(Err(e))),
+            Poll::Ready(Ok(())) => Poll::Ready(Some(Ok(this.take_one().to_owned_record()))),
         }
     }
 }
@@ -280,12 +286,9 @@ impl<'c, T: Send + Sync + 'static> Future for PollBatch<'c, T> {
 
 impl<T: Send + Sync + 'static> Drop for PollBatch<'_, T> {
     fn drop(&mut self) {
-        if let Some(consumer) = self.consumer.as_mut() {
-            if self.announced {
-                let waker = consumer.waker();
-                withdraw(consumer.readers_mut(), &waker, &mut self.announced);
-                waker.clear_task();
-            }
+        if let (Some(consumer), true) = (self.consumer.as_mut(), self.announced) {
+            let waker = consumer.waker();
+            leave(consumer.readers_mut(), &waker, &mut self.announced);
         }
     }
 }
@@ -317,12 +320,10 @@ impl<T: Clone + Send + Sync + 'static> Stream for Consumer<T> {
 
 impl<T: Send + Sync + 'static> Drop for Consumer<T> {
     fn drop(&mut self) {
-        if self.announced {
+        let mut announced = std::mem::take(&mut self.announced);
+        if announced {
             let waker = self.waker();
-            let mut announced = true;
-            withdraw(self.readers_mut(), &waker, &mut announced);
-            self.announced = false;
-            waker.clear_task();
+            leave(self.readers_mut(), &waker, &mut announced);
         }
     }
 }
@@ -405,12 +406,9 @@ impl<'m, T: Send + Sync + 'static> Future for PollGroup<'m, T> {
 
 impl<T: Send + Sync + 'static> Drop for PollGroup<'_, T> {
     fn drop(&mut self) {
-        if let Some(member) = self.member.as_mut() {
-            if self.announced {
-                let (readers, _, waker) = member.async_parts();
-                withdraw(readers, &waker, &mut self.announced);
-                waker.clear_task();
-            }
+        if let (Some(member), true) = (self.member.as_mut(), self.announced) {
+            let (readers, _, waker) = member.async_parts();
+            leave(readers, &waker, &mut self.announced);
         }
     }
 }
@@ -441,12 +439,10 @@ impl<T: Clone + Send + Sync + 'static> Stream for GroupMember<T> {
 
 /// A member polled as a stream and dropped while pending withdraws here.
 pub(crate) fn leave_member<T: Send + Sync + 'static>(member: &mut GroupMember<T>) {
-    if member.announced {
-        let mut announced = true;
+    let mut announced = std::mem::take(&mut member.announced);
+    if announced {
         let (readers, _, waker) = member.async_parts();
-        withdraw(readers, &waker, &mut announced);
-        waker.clear_task();
-        member.announced = false;
+        leave(readers, &waker, &mut announced);
     }
 }
 
