@@ -85,15 +85,12 @@ impl<T: Send + Sync + 'static> Consumer<T> {
         for p in 0..topic.partitions() {
             let log = topic.partition_log(p);
             let resume = committed.as_ref().and_then(|c| c[p as usize]);
-            let mut pos = resume_position(log, resume, start)?;
+            let pos = resume_position(log, resume, start)?;
             let mut reader = Reader::at(Arc::clone(log), p, pos, Arc::clone(&waker));
-            // As in `Reader::new`: a trim between resolving and registering is not lag for a
-            // consumer asked to start at the earliest record.
-            if resume.is_none() && start == Start::Earliest && log.start() > pos {
-                pos = log.start();
-                reader.reposition(pos);
+            if resume.is_none() {
+                reader.settle_start(start);
             }
-            started.push(pos);
+            started.push(reader.position());
             readers.push(reader);
         }
         Ok(Consumer {

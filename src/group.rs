@@ -438,9 +438,8 @@ impl<T: Send + Sync + 'static> GroupMember<T> {
             let pos = resume_position(log, resume, st.start).unwrap_or_else(|_| log.start());
             st.owner[p as usize] = Some(self.id);
             let mut reader = Reader::at(Arc::clone(log), p, pos, Arc::clone(&self.waker));
-            // As in `Reader::new`: a trim between resolving and registering is not lag.
-            if resume.is_none() && st.start == Start::Earliest && log.start() > pos {
-                reader.reposition(log.start());
+            if resume.is_none() {
+                reader.settle_start(st.start);
             }
             self.readers.push(reader);
             assigned.push(p);

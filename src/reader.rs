@@ -86,16 +86,21 @@ impl<T: Send + Sync + 'static> Reader<T> {
     pub(crate) fn new(log: Arc<Log<T>>, partition: u32, start: Start) -> Result<Self, Error> {
         let pos = resolve(&log, start)?;
         let mut reader = Self::at(log, partition, pos, Waker::new());
-        // Retention may have trimmed past `pos` between resolving it and registering (registering
-        // takes the admin lock, so every trim from now on sees this reader). A reader asked for the
-        // earliest record starts at the new start rather than reporting lag it never had.
+        reader.settle_start(start);
+        Ok(reader)
+    }
+
+    /// Called right after registering a reader placed by `start` (with no committed offset).
+    /// Retention may have trimmed past its position between resolving it and registering;
+    /// registering takes the admin lock, so every trim from now on sees the reader. A reader asked
+    /// for the earliest record then starts at the new start rather than reporting lag it never had.
+    pub(crate) fn settle_start(&mut self, start: Start) {
         if start == Start::Earliest {
-            let now = reader.log.start();
-            if now > pos {
-                reader.reposition(now);
+            let now = self.log.start();
+            if now > self.next {
+                self.reposition(now);
             }
         }
-        Ok(reader)
     }
 
     /// A reader at `pos` (already resolved) that sleeps on `waker`.

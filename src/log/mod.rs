@@ -902,14 +902,10 @@ impl<T: Send + Sync + 'static> Log<T> {
         key: Option<u64>,
         size: u64,
     ) -> Result<u64, PublishError<T>> {
-        let policy = match self.overflow {
-            Overflow::Block => Overflow::Reject,
-            other => other,
-        };
-        if self.single && self.plain && policy == Overflow::DropOldest {
-            return self.publish_single_plain(w, value, key);
+        if self.overflow != Overflow::Block {
+            return self.publish(w, value, key, size);
         }
-        self.publish_with(w, value, key, size, policy)
+        self.publish_with(w, value, key, size, Overflow::Reject)
     }
 
     #[inline]
