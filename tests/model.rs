@@ -269,6 +269,28 @@ impl Model {
         })
     }
 
+    /// Checks a single publish of `v`, which the model routes to partition `p`: refused with the
+    /// value after close, else at the partition's end.
+    fn published(
+        &mut self,
+        p: usize,
+        v: u64,
+        res: Result<logbus::Published, PublishError<u64>>,
+        topic: &Topic<u64>,
+    ) {
+        if self.closed {
+            assert!(matches!(res, Err(PublishError::Closed(x)) if x == v));
+        } else {
+            let published = res.unwrap();
+            assert_eq!(
+                (published.partition as usize, published.offset),
+                (p, self.end(p))
+            );
+            self.logs[p].values.push(v);
+            self.adopt_start(p, topic.stats().partitions[p].start);
+        }
+    }
+
     /// After the engine appended to partition `p`: checks its start against the retention promise
     /// (whole segments, at least `max_records` kept, never moving back) and adopts it. Trims happen
     /// when a writer enters a new segment and count what was published before the write, so up
@@ -382,39 +404,18 @@ fn run(setup: Setup, ops: Vec<Op>) {
                 let p = pick(p, parts);
                 let v = m.next_value;
                 m.next_value += 1;
-                let res = topic.publish_to(p as u32, v);
-                if m.closed {
-                    assert!(matches!(
-                        res,
-                        Err(logbus::PublishToError::Publish(PublishError::Closed(x))) if x == v
-                    ));
-                } else {
-                    let published = res.unwrap();
-                    assert_eq!(
-                        (published.partition as usize, published.offset),
-                        (p, m.end(p))
-                    );
-                    m.logs[p].values.push(v);
-                    m.adopt_start(p, topic.stats().partitions[p].start);
-                }
+                let res = topic.publish_to(p as u32, v).map_err(|e| match e {
+                    logbus::PublishToError::Publish(e) => e,
+                    other => panic!("partition {p} exists: {other:?}"),
+                });
+                m.published(p, v, res, &topic);
             }
             Op::Publish => {
                 let p = m.round_robin % parts;
                 m.round_robin += 1;
                 let v = m.next_value;
                 m.next_value += 1;
-                let res = topic.publish(v);
-                if m.closed {
-                    assert!(matches!(res, Err(PublishError::Closed(x)) if x == v));
-                } else {
-                    let published = res.unwrap();
-                    assert_eq!(
-                        (published.partition as usize, published.offset),
-                        (p, m.end(p))
-                    );
-                    m.logs[p].values.push(v);
-                    m.adopt_start(p, topic.stats().partitions[p].start);
-                }
+                m.published(p, v, topic.publish(v), &topic);
             }
             Op::Batch(n) => {
                 let p = m.round_robin % parts;
