@@ -65,13 +65,27 @@ fn futures_executor_reader_stream_collects_until_closed() {
     publisher.join().unwrap();
 }
 
-/// A `select!` that drops a pending `next_async()` again and again (a timer wins often) loses no
-/// record and repeats none.
+/// A `select!` that drops a pending `next_async()` again and again loses no record and repeats
+/// none. The publisher only publishes a chunk after the timer has won, so every chunk is preceded
+/// by at least one cancelled wait on an empty log: the cancellations happen on every machine, not
+/// only when the scheduler happens to be slow.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_waits_lose_nothing_on_tokio() {
+    const CHUNKS: u64 = 200;
+    const CHUNK: u64 = N / CHUNKS;
     let topic = topic("cancel-tokio");
     let mut reader = topic.reader(0, Start::Earliest).unwrap();
-    let publisher = publish_from_thread(&topic, N, 100);
+    let (go, on_go) = std::sync::mpsc::channel::<()>();
+    let t = topic.clone();
+    let publisher = std::thread::spawn(move || {
+        for chunk in 0..CHUNKS {
+            on_go.recv().unwrap(); // wait until a read was cancelled
+            for v in chunk * CHUNK..(chunk + 1) * CHUNK {
+                t.publish(v).unwrap();
+            }
+        }
+        t.close();
+    });
     let (mut want, mut cancelled) = (0, 0u64);
     loop {
         tokio::select! {
@@ -83,13 +97,16 @@ async fn cancelled_waits_lose_nothing_on_tokio() {
                 Err(ReadError::Closed) => break,
                 Err(e) => panic!("{e}"),
             },
-            _ = tokio::time::sleep(Duration::from_micros(50)) => cancelled += 1,
+            _ = tokio::time::sleep(Duration::from_micros(50)) => {
+                cancelled += 1;
+                let _ = go.send(()); // the publisher may be done already
+            }
         }
     }
     assert_eq!(want, N);
     assert!(
-        cancelled > 0,
-        "the timer never won: the test did not cancel anything"
+        cancelled >= CHUNKS,
+        "every chunk waits for a cancelled read, so at least {CHUNKS} reads were dropped"
     );
     publisher.join().unwrap();
 }
