@@ -157,9 +157,15 @@ impl<T: Send + Sync + 'static> Reader<T> {
         self.refresh(limit)
     }
 
-    /// Whether the last look-up found records (and clears the mark).
+    /// Whether the last look-up found records and caught up with the producers (and clears the
+    /// mark).
     pub(crate) fn take_fed(&mut self) -> bool {
         std::mem::take(&mut self.fed)
+    }
+
+    /// Whether records already looked up are waiting to be taken.
+    pub(crate) fn has_ready(&self) -> bool {
+        self.next < self.ready
     }
 
     /// Stores the position where publishers (Block) and statistics see it.
@@ -315,8 +321,11 @@ impl<T: Send + Sync + 'static> Reader<T> {
         if let Some(seg) = self.seg.as_deref() {
             let end = self.log.ready_end(seg, self.next, limit);
             if end > self.next {
+                // Caught up: the run stopped at what was published, not at `limit` or the
+                // segment's end (see `wait_any` for what that changes).
+                let cap = (seg.base() + seg.len() as u64).min(self.next.saturating_add(limit));
+                self.fed = end < cap;
                 self.ready = end;
-                self.fed = true;
                 self.log.moved(&self.cursor, self.next);
                 return Ok(true);
             }
@@ -329,7 +338,12 @@ impl<T: Send + Sync + 'static> Reader<T> {
 
     /// Waits until `[next, ready)` is non-empty (see [`crate::wait`]).
     fn wait_ready(&mut self, deadline: Option<Instant>, limit: u64) -> Result<(), ReadError> {
-        if self.next < self.ready || self.refresh(limit)? {
+        if self.next < self.ready {
+            return Ok(());
+        }
+        // Right behind the producer: `wait_any` yields once before it looks (see there).
+        let behind = self.fed && self.log.wait.yield_after_batch;
+        if !behind && self.refresh(limit)? {
             return Ok(());
         }
         let waker = Arc::clone(&self.cursor.waker);

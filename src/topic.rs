@@ -511,7 +511,7 @@ impl<T: Send + Sync + 'static> Producer<T> {
         p as u32
     }
 
-    #[inline]
+    #[inline(always)]
     fn publish_at(
         &mut self,
         partition: u32,
@@ -528,7 +528,7 @@ impl<T: Send + Sync + 'static> Producer<T> {
     }
 
     /// Publishes a record (round-robin over partitions).
-    #[inline]
+    #[inline(always)]
     pub fn publish(&mut self, value: T) -> Result<Published, PublishError<T>> {
         let p = self.pick();
         self.publish_at(p, None, value)

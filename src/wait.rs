@@ -91,11 +91,18 @@ pub(crate) fn wait_any<T: Send + Sync + 'static>(
             }
         };
     }
-    check!();
-    if readers.iter_mut().any(|r| r.take_fed()) && wait.yield_after_batch {
-        yield_now();
-        check!();
+    // A reader whose last look-up caught up with the producers, and has taken everything it
+    // found, yields once before it looks again. When readers share a core this lets them take
+    // turns; when a reader has a core to itself it keeps it from re-reading the producer's cache
+    // lines (the published end, the slot being written) a few records at a time, which costs the
+    // producer a cache-line transfer per look. Measured on the 2-core VM: 1→1 throughput ~1.5×.
+    if wait.yield_after_batch && readers.iter().all(|r| !r.has_ready()) {
+        let fed = readers.iter_mut().fold(false, |fed, r| r.take_fed() | fed);
+        if fed {
+            yield_now();
+        }
     }
+    check!();
     for _ in 0..wait.spin_polls {
         spin_hint();
         check!();

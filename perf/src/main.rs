@@ -732,6 +732,11 @@ fn tput<B: Bus>(
     if producers > bus.max_producers() {
         return None;
     }
+    if let Some(only) = &o.only {
+        if !only.split(',').any(|w| bus.name().contains(w)) {
+            return None;
+        }
+    }
     let per = o.records / producers as u64;
     let total = per * producers as u64;
     let done = Arc::new(Mutex::new(Vec::new()));

@@ -225,8 +225,11 @@ pub(crate) struct Log<T> {
     overflow: Overflow,
     /// Whether records are stamped with the time (see `TopicConfig::timestamps`).
     timestamps: bool,
-    /// No byte retention and `DropOldest`: a publish needs no size or room check.
-    plain: bool,
+    /// Single producer without byte retention: a publish inside the writer's segment (and, under
+    /// `Block`/`Reject`, inside the room last seen) takes the short path in [`Log::publish`].
+    fast: bool,
+    /// `max_records` when the policy is `Block` or `Reject` (a publish must find room), else `None`.
+    room_cap: Option<u64>,
     pub(crate) wait: WaitStrategy,
 }
 
@@ -273,7 +276,10 @@ impl<T: Send + Sync + 'static> Log<T> {
                 .map(|d| d.as_nanos().min(u64::MAX as u128) as u64),
             overflow: config.overflow,
             timestamps: config.timestamps,
-            plain: config.max_bytes.is_none() && config.overflow == Overflow::DropOldest,
+            fast: single && config.max_bytes.is_none(),
+            room_cap: config
+                .max_records
+                .filter(|_| config.overflow != Overflow::DropOldest),
             wait: config.wait,
         };
         log.prepare(0);
@@ -725,7 +731,12 @@ impl<T: Send + Sync + 'static> Log<T> {
             return true;
         }
         match self.slowest_reader() {
-            None => true,
+            None => {
+                // Relaxed: a hint, as below. With no reader attached the room is all ahead of us
+                // (a reader that registers resets the hint).
+                self.min_read.store(end, Ordering::Relaxed);
+                true
+            }
             Some(min) => {
                 // Relaxed: only a hint for the next check (see the load above).
                 self.min_read.store(min, Ordering::Relaxed);
@@ -839,7 +850,11 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// Claims the single-producer role.
     pub(crate) fn claim_writer(&self) -> Result<Writer<T>, Error> {
         if !self.single {
-            return Ok(Writer { seg: None, next: 0 });
+            return Ok(Writer {
+                seg: None,
+                next: 0,
+                limit: 0,
+            });
         }
         // Acquire: pairs with the Release in `release_writer`: we continue where it stopped.
         if self.writer_claimed.swap(true, Ordering::Acquire) {
@@ -849,11 +864,13 @@ impl<T: Send + Sync + 'static> Log<T> {
         Ok(Writer {
             seg: None,
             next: self.tail.load(Ordering::Relaxed),
+            limit: 0,
         })
     }
 
     /// Gives the single-producer role back.
     pub(crate) fn release_writer(&self, w: &mut Writer<T>) {
+        w.limit = 0;
         if let Some(seg) = w.seg.take() {
             if self.single {
                 seg.set_filled((w.next - seg.base()).min(seg.len() as u64) as usize);
@@ -878,7 +895,14 @@ impl<T: Send + Sync + 'static> Log<T> {
     }
 
     /// Publishes one record.
-    #[inline]
+    ///
+    /// The short path (single producer, no byte retention) is what a `Producer` takes for all but
+    /// one record per segment: the offset is inside the writer's segment and, under `Block` or
+    /// `Reject`, below the room last seen (`min_read + max_records`, the same cached bound
+    /// `has_room` starts from). Then a publish is: one load of `state` for close, the write, the
+    /// watermark store and the parked check. Everything else (switching segments, retention,
+    /// waiting for room, refusals) is in the out-of-line [`Log::publish_with`].
+    #[inline(always)]
     pub(crate) fn publish(
         &self,
         w: &mut Writer<T>,
@@ -886,10 +910,52 @@ impl<T: Send + Sync + 'static> Log<T> {
         key: Option<u64>,
         size: u64,
     ) -> Result<u64, PublishError<T>> {
-        if self.single && self.plain {
-            return self.publish_single_plain(w, value, key);
+        self.publish_under(w, value, key, size, self.overflow)
+    }
+
+    /// [`Log::publish`] under `policy` (the log's own, or `Reject` for an async publish to a
+    /// `Block` log: the short path only runs where there is room, so it serves both).
+    #[inline(always)]
+    fn publish_under(
+        &self,
+        w: &mut Writer<T>,
+        value: T,
+        key: Option<u64>,
+        size: u64,
+        policy: Overflow,
+    ) -> Result<u64, PublishError<T>> {
+        let offset = w.next;
+        if offset < w.limit && self.room_cached(offset) {
+            // Relaxed: the closed flag only; see `close` for the race this leaves on
+            // single-producer logs.
+            if self.state.load(Ordering::Relaxed) & CLOSED == 0 {
+                if let Some(seg) = w.seg.as_deref() {
+                    let meta = Meta::new(self.stamp(), key);
+                    // SAFETY: the slot index `offset & mask` is below the segment's `mask + 1`
+                    // slots; we are the single writer (`limit` is only non-zero for it), `offset`
+                    // is not published yet (the watermark is at most `offset`), and it is below
+                    // `limit`, the end of the segment `w` holds a reference to.
+                    unsafe { seg.write((offset & self.mask) as usize, value, meta) };
+                    w.next = offset + 1;
+                    // Release: publishes the slot (I2).
+                    self.watermark.store(offset + 1, Ordering::Release);
+                    self.after_publish(w);
+                    return Ok(offset);
+                }
+            }
         }
-        self.publish_with(w, value, key, size, self.overflow)
+        self.publish_with(w, value, key, size, policy)
+    }
+
+    /// Whether a record at `offset` fits under `Block`/`Reject` by the cached bound alone (always
+    /// under `DropOldest`). `false` only sends the publish down the long path, which re-checks.
+    #[inline(always)]
+    fn room_cached(&self, offset: u64) -> bool {
+        match self.room_cap {
+            None => true,
+            // Relaxed: a lower bound only, as in `has_room`.
+            Some(cap) => offset < self.min_read.load(Ordering::Relaxed).saturating_add(cap),
+        }
     }
 
     /// Publishes one record; under `Block`, fails with `Full` instead of waiting (async publishers
@@ -902,13 +968,15 @@ impl<T: Send + Sync + 'static> Log<T> {
         key: Option<u64>,
         size: u64,
     ) -> Result<u64, PublishError<T>> {
-        if self.overflow != Overflow::Block {
-            return self.publish(w, value, key, size);
-        }
-        self.publish_with(w, value, key, size, Overflow::Reject)
+        let policy = match self.overflow {
+            Overflow::Block => Overflow::Reject,
+            other => other,
+        };
+        self.publish_under(w, value, key, size, policy)
     }
 
-    #[inline]
+    /// The long path of [`Log::publish`]: every policy, every kind of log.
+    #[inline(never)]
     fn publish_with(
         &self,
         w: &mut Writer<T>,
@@ -941,35 +1009,6 @@ impl<T: Send + Sync + 'static> Log<T> {
             // Release: publishes the slot (I2).
             self.watermark.store(offset + 1, Ordering::Release);
         }
-        self.after_publish(w);
-        Ok(offset)
-    }
-
-    /// The common single-producer case (no byte retention, `DropOldest`): check closed, write,
-    /// store the watermark, look at `state` once.
-    #[inline]
-    fn publish_single_plain(
-        &self,
-        w: &mut Writer<T>,
-        value: T,
-        key: Option<u64>,
-    ) -> Result<u64, PublishError<T>> {
-        // Relaxed: the closed flag only; see `close` for the race this leaves.
-        if self.state.load(Ordering::Relaxed) & CLOSED != 0 {
-            return Err(PublishError::Closed(value));
-        }
-        let meta = Meta::new(self.stamp(), key);
-        let offset = w.next;
-        let i = (offset & self.mask) as usize;
-        match w.segment(self, offset >> self.shift) {
-            // SAFETY: we are the single writer and `offset` is not published yet; `w` holds a
-            // reference to its segment.
-            Some(seg) => unsafe { seg.write(i, value, meta) },
-            None => drop(value), // unreachable for the single writer; dropping is still correct
-        }
-        w.next = offset + 1;
-        // Release: publishes the slot (I2).
-        self.watermark.store(offset + 1, Ordering::Release);
         self.after_publish(w);
         Ok(offset)
     }
@@ -1027,8 +1066,9 @@ impl<T: Send + Sync + 'static> Log<T> {
             drop(value);
             return;
         };
-        // SAFETY: we reserved `offset` (fetch_add, or we are the single writer), it is not published
-        // yet, and `w` holds a reference to its segment.
+        // SAFETY: `i = offset & mask` is below the segment's `mask + 1` slots; we reserved `offset`
+        // (fetch_add, or we are the single writer), it is not published yet, and `w` holds a
+        // reference to its segment.
         unsafe { seg.write(i, value, meta) };
         if self.max_bytes.is_some() {
             // Relaxed: counters read by `trim` under the admin lock; see `trim`.
@@ -1043,7 +1083,7 @@ impl<T: Send + Sync + 'static> Log<T> {
 
     /// After a publish: one load of `state`. With no reader parked (and the log open) it does
     /// nothing more (I5).
-    #[inline]
+    #[inline(always)]
     fn after_publish(&self, w: &Writer<T>) {
         light_barrier();
         // Acquire: see Orderings (`state`).
@@ -1199,6 +1239,9 @@ impl<T> Drop for Log<T> {
 pub(crate) struct Writer<T> {
     seg: Option<SegRef<T>>,
     next: u64,
+    /// Single producer without byte retention: the end of `seg`, so offsets below it may take the
+    /// short path of [`Log::publish`]. Zero otherwise (every publish takes the long path).
+    limit: u64,
 }
 
 impl<T: Send + Sync + 'static> Writer<T> {
@@ -1215,6 +1258,10 @@ impl<T: Send + Sync + 'static> Writer<T> {
             }
             log.prepare(index);
             self.seg = log.acquire(index);
+            self.limit = match &self.seg {
+                Some(seg) if log.fast => seg.base() + seg.len() as u64,
+                _ => 0,
+            };
         }
         self.seg.as_deref()
     }

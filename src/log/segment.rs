@@ -154,20 +154,27 @@ impl<T> Segment<T> {
     /// Writes the value and metadata of slot `i`.
     ///
     /// # Safety
-    /// The caller reserved the offset `base + i` (so no one else writes this slot) and has not yet
-    /// published it (so no one reads it), and holds a reference to the segment.
-    #[inline]
+    /// `i < self.len()`. The caller reserved the offset `base + i` (so no one else writes this
+    /// slot) and has not yet published it (so no one reads it), and holds a reference to the
+    /// segment.
+    #[inline(always)]
     pub(crate) unsafe fn write(&self, i: usize, value: T, meta: Meta) {
-        self.values[i].with_mut(|p| {
+        debug_assert!(i < self.len());
+        // SAFETY (the three look-ups): `i < len` (the caller's contract), and the three arrays
+        // have `len` slots each.
+        let (value_cell, time_cell) =
+            unsafe { (self.values.get_unchecked(i), self.times.get_unchecked(i)) };
+        value_cell.with_mut(|p| {
             // SAFETY: exclusive access to an unpublished, reserved slot (the caller's contract).
             unsafe { (*p).write(value) };
         });
-        self.times[i].with_mut(|p| {
+        time_cell.with_mut(|p| {
             // SAFETY: as above.
             unsafe { *p = meta.ts_and_flag };
         });
         if meta.ts_and_flag & Meta::HAS_KEY != 0 {
-            self.keys[i].with_mut(|p| {
+            // SAFETY: as above.
+            unsafe { self.keys.get_unchecked(i) }.with_mut(|p| {
                 // SAFETY: as above.
                 unsafe { (*p).write(meta.key) };
             });
