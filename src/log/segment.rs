@@ -160,10 +160,10 @@ impl<T> Segment<T> {
     #[inline(always)]
     pub(crate) unsafe fn write(&self, i: usize, value: T, meta: Meta) {
         debug_assert!(i < self.len());
-        // SAFETY (the three look-ups): `i < len` (the caller's contract), and the three arrays
-        // have `len` slots each.
-        let (value_cell, time_cell) =
-            unsafe { (self.values.get_unchecked(i), self.times.get_unchecked(i)) };
+        // SAFETY: `i < len` (the caller's contract), and every array has `len` slots.
+        let value_cell = unsafe { self.values.get_unchecked(i) };
+        // SAFETY: as above.
+        let time_cell = unsafe { self.times.get_unchecked(i) };
         value_cell.with_mut(|p| {
             // SAFETY: exclusive access to an unpublished, reserved slot (the caller's contract).
             unsafe { (*p).write(value) };
