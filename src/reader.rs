@@ -163,6 +163,11 @@ impl<T: Send + Sync + 'static> Reader<T> {
         std::mem::take(&mut self.fed)
     }
 
+    /// Whether a publish is under way at this reader's position (reserved, not yet published).
+    pub(crate) fn publish_in_flight(&self) -> bool {
+        self.log.reserved_beyond(self.next)
+    }
+
     /// Whether records already looked up are waiting to be taken.
     pub(crate) fn has_ready(&self) -> bool {
         self.next < self.ready

@@ -124,6 +124,15 @@ pub(crate) fn wait_any<T: Send + Sync + 'static>(
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return Ok(Waited::TimedOut);
         }
+        // A reservation at a reader's position that is not published yet belongs to a publisher
+        // between its reservation and its stamp (often descheduled there, when publishers share
+        // a core): it will publish as soon as it runs again, so yield to it rather than park
+        // (a park costs the barrier, and the publisher a wake-up call).
+        if readers.iter().any(|r| r.publish_in_flight()) {
+            yield_now();
+            check!();
+            continue;
+        }
         // Park with every position published, so Block publishers see them.
         for r in readers.iter() {
             r.publish_position();

@@ -281,6 +281,14 @@ fn logbus_ring(capacity: usize) -> TopicConfig<u64> {
         .timestamps(false)
 }
 
+/// Like a ring buffer, many producers: the Disruptor's multi-producer set-up in logbus terms.
+fn logbus_multi_ring(capacity: usize) -> TopicConfig<u64> {
+    TopicConfig::default()
+        .max_records(capacity as u64)
+        .overflow(Overflow::Block)
+        .timestamps(false)
+}
+
 // --- disruptor ---
 
 struct Disruptor<W>(&'static str, W);
@@ -936,6 +944,14 @@ macro_rules! each_bus {
             &Logbus {
                 name: "logbus multi producer",
                 config: logbus_multi,
+                single: false
+            },
+            true
+        ));
+        out.push($f!(
+            &Logbus {
+                name: "logbus multi producer, ring-like",
+                config: logbus_multi_ring,
                 single: false
             },
             true

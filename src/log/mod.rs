@@ -324,6 +324,13 @@ impl<T: Send + Sync + 'static> Log<T> {
         }
     }
 
+    /// Whether an offset at or above `pos` is reserved (multi-producer logs; a single producer
+    /// publishes what it reserves in one step, so never).
+    pub(crate) fn reserved_beyond(&self, pos: u64) -> bool {
+        // Relaxed: a hint for how to wait; the reader re-checks the stamps with Acquire.
+        !self.single && self.tail.load(Ordering::Relaxed) & !TAIL_CLOSED > pos
+    }
+
     pub(crate) fn is_closed(&self) -> bool {
         // Acquire: a reader that sees CLOSED then reads what was published before it.
         self.state.load(Ordering::Acquire) & CLOSED != 0
