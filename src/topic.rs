@@ -503,9 +503,12 @@ impl<T: Send + Sync + 'static> Producer<T> {
         &self.topic
     }
 
-    #[inline]
+    #[inline(always)]
     fn pick(&mut self) -> u32 {
         let n = self.parts.len();
+        if n == 1 {
+            return 0; // one partition: nothing to rotate (the common case, kept to one compare)
+        }
         let p = self.next;
         self.next = if p + 1 == n { 0 } else { p + 1 };
         p as u32
