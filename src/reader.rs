@@ -75,8 +75,9 @@ pub struct Reader<T: Send + Sync + 'static> {
     /// Offsets in `[next, ready)` are published and lie in `seg`.
     ready: u64,
     seg: Option<SegRef<T>>,
-    /// Whether the last refresh found records (for "yield once after a batch").
-    fed: bool,
+    /// How many records the last refresh found when it caught up with the producers (0: it found
+    /// none, or stopped at its limit or the segment's end). See `wait_any`.
+    fed: u64,
     /// Whether this reader, polled as a `Stream`, is announced as parked (see `crate::stream`).
     #[cfg(feature = "async")]
     pub(crate) announced: bool,
@@ -113,7 +114,7 @@ impl<T: Send + Sync + 'static> Reader<T> {
             next: pos,
             ready: pos,
             seg: None,
-            fed: false,
+            fed: 0,
             #[cfg(feature = "async")]
             announced: false,
         }
@@ -157,9 +158,9 @@ impl<T: Send + Sync + 'static> Reader<T> {
         self.refresh(limit)
     }
 
-    /// Whether the last look-up found records and caught up with the producers (and clears the
-    /// mark).
-    pub(crate) fn take_fed(&mut self) -> bool {
+    /// How many records the last look-up found when it caught up with the producers (0: none,
+    /// or more may be ready); clears the mark.
+    pub(crate) fn take_fed(&mut self) -> u64 {
         std::mem::take(&mut self.fed)
     }
 
@@ -329,7 +330,7 @@ impl<T: Send + Sync + 'static> Reader<T> {
                 // Caught up: the run stopped at what was published, not at `limit` or the
                 // segment's end (see `wait_any` for what that changes).
                 let cap = (seg.base() + seg.len() as u64).min(self.next.saturating_add(limit));
-                self.fed = end < cap;
+                self.fed = if end < cap { end - self.next } else { 0 };
                 self.ready = end;
                 self.log.moved(&self.cursor, self.next);
                 return Ok(true);
@@ -347,7 +348,7 @@ impl<T: Send + Sync + 'static> Reader<T> {
             return Ok(());
         }
         // Right behind the producer: `wait_any` yields once before it looks (see there).
-        let behind = self.fed && self.log.wait.yield_after_batch;
+        let behind = self.fed > 0 && self.log.wait.yield_after_batch;
         if !behind && self.refresh(limit)? {
             return Ok(());
         }

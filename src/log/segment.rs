@@ -3,7 +3,8 @@
 //! Slot `i` of a segment whose first offset is `base` holds offset `base + i`. Each slot has three
 //! parts kept in separate arrays, so that a reader pulls only the bytes it uses:
 //! - the value (`MaybeUninit<T>`), written once by the producer that reserved the offset;
-//! - the metadata ([`Meta`]: timestamp and key hash), read only when a caller asks for it;
+//! - the metadata ([`Meta`]: timestamp and key hash), read only when a caller asks for it; the
+//!   key array is allocated only when the segment gets its first keyed record;
 //! - on multi-producer logs only, the stamp: `offset + 1` once the slot is published, anything
 //!   else before. Single-producer logs publish a watermark instead and keep no stamps.
 //!
@@ -26,10 +27,19 @@
 //! - `filled` (single producer): stored with Release by the producer when it leaves the segment,
 //!   before it drops its reference; read after the zero-count Acquire fence.
 //! - `bytes`: a Relaxed counter used by byte retention, read under the log's admin lock.
+//! - `keys` (the lazily allocated key array): installed with an AcqRel compare-exchange from null,
+//!   loaded with Acquire, so whoever uses the pointer sees the allocation. A reader only follows it
+//!   for a slot whose `HAS_KEY` flag it saw after the slot's publication (Acquire), which the
+//!   writer stored after installing or loading the array.
 
 use std::mem::MaybeUninit;
 
-use crate::sync::{fence, lock, Arc, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell};
+use crate::sync::{
+    fence, lock, Arc, AtomicPtr, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell,
+};
+
+/// One slot of a segment's key array.
+type KeyCell = UnsafeCell<MaybeUninit<u64>>;
 
 /// Per-slot metadata, written by the producer before it publishes the slot.
 ///
@@ -83,8 +93,11 @@ pub(crate) struct Segment<T> {
     values: Box<[UnsafeCell<MaybeUninit<T>>]>,
     /// `Meta::ts_and_flag` of each slot.
     times: Box<[UnsafeCell<u64>]>,
-    /// `Meta::key` of each slot; written (and so initialized) only when `HAS_KEY` is set.
-    keys: Box<[UnsafeCell<MaybeUninit<u64>>]>,
+    /// `Meta::key` of each slot (`len` of them); written (and so initialized) only when `HAS_KEY`
+    /// is set. Allocated by the first keyed publish into the segment, null until then: most
+    /// topics publish without keys and would pay 8 bytes per record for nothing. Once allocated
+    /// it stays with the segment, through the pool, until the segment is freed.
+    keys: AtomicPtr<KeyCell>,
     /// `offset + 1` once published (multi-producer logs); empty on single-producer logs.
     stamps: Box<[AtomicU64]>,
     /// Where the segment goes when its last reference is dropped. `None` while it sits in the pool,
@@ -110,9 +123,7 @@ impl<T> Segment<T> {
                 .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
                 .collect(),
             times: (0..size).map(|_| UnsafeCell::new(0)).collect(),
-            keys: (0..size)
-                .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
-                .collect(),
+            keys: AtomicPtr::new(std::ptr::null_mut()),
             stamps: if stamped {
                 (0..size).map(|_| AtomicU64::new(0)).collect()
             } else {
@@ -173,11 +184,47 @@ impl<T> Segment<T> {
             unsafe { *p = meta.ts_and_flag };
         });
         if meta.ts_and_flag & Meta::HAS_KEY != 0 {
-            // SAFETY: as above.
-            unsafe { self.keys.get_unchecked(i) }.with_mut(|p| {
+            let keys = self.keys_or_allocate();
+            // SAFETY: the key array has `len` slots and `i < len`; exclusive access to the slot
+            // as above.
+            unsafe { &*keys.add(i) }.with_mut(|p| {
                 // SAFETY: as above.
                 unsafe { (*p).write(meta.key) };
             });
+        }
+    }
+
+    /// The key array, allocating it if this is the segment's first keyed publish. Two producers
+    /// racing here both allocate; one array wins and the other is freed at once.
+    #[cold]
+    fn keys_or_allocate(&self) -> *const KeyCell {
+        // Acquire: pairs with the AcqRel exchange below, so another producer's array is seen
+        // fully allocated.
+        let current = self.keys.load(Ordering::Acquire);
+        if !current.is_null() {
+            return current;
+        }
+        let fresh: Box<[KeyCell]> = (0..self.len())
+            .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
+            .collect();
+        let fresh = Box::into_raw(fresh) as *mut KeyCell;
+        // AcqRel on success: publishes the allocation to later loads (Acquire); Acquire on failure:
+        // we use the winner's array, which must be seen allocated.
+        match self.keys.compare_exchange(
+            std::ptr::null_mut(),
+            fresh,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => fresh,
+            Err(winner) => {
+                // SAFETY: `fresh` came from `Box::into_raw` of a slice of `len` cells just above
+                // and was never shared.
+                drop(unsafe {
+                    Box::from_raw(std::ptr::slice_from_raw_parts_mut(fresh, self.len()))
+                });
+                winner
+            }
         }
     }
 
@@ -201,8 +248,13 @@ impl<T> Segment<T> {
         // SAFETY: written before publication, never written again while published.
         let ts_and_flag = self.times[i].with(|p| unsafe { *p });
         let key = if ts_and_flag & Meta::HAS_KEY != 0 {
-            // SAFETY: the key word is written before publication whenever HAS_KEY is set.
-            self.keys[i].with(|p| unsafe { (*p).assume_init() })
+            // Acquire: the slot's publication (which the caller observed with Acquire) already
+            // orders the array's allocation before us; Acquire keeps that reasoning local.
+            let keys = self.keys.load(Ordering::Acquire);
+            debug_assert!(!keys.is_null(), "HAS_KEY without a key array");
+            // SAFETY: HAS_KEY is set only after the key was written, so the array exists and the
+            // word is initialized; `i < len` (the caller's contract: a published slot).
+            unsafe { &*keys.add(i) }.with(|p| unsafe { (*p).assume_init() })
         } else {
             0
         };
@@ -277,6 +329,13 @@ impl<T> Drop for Segment<T> {
         // Values are dropped in `release`; a segment dropped any other way (straight from the pool)
         // holds no values: pooled segments were emptied, and `filled`/stamps say so.
         self.drop_values();
+        // Relaxed: `&mut self`, nobody else can reach the segment.
+        let keys = self.keys.load(Ordering::Relaxed);
+        if !keys.is_null() {
+            // SAFETY: allocated in `keys_or_allocate` as a boxed slice of `len` cells, and this is
+            // its only release.
+            drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(keys, self.len())) });
+        }
     }
 }
 
