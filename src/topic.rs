@@ -17,7 +17,7 @@ use crate::{
     reader::{Reader, Start},
     stats::{PartitionStats, ReaderStats, TopicStats},
     subscription::{Subscription, SubscriptionBuilder},
-    sync::{lock, Arc, AtomicUsize, Mutex, Ordering},
+    sync::{lock, Arc, AtomicUsize, CachePadded, Mutex, Ordering},
 };
 
 /// Where a record landed.
@@ -288,7 +288,14 @@ impl<T: Send + Sync + 'static> Topic<T> {
                 }
             }
         }
-        let parts = self.inner.partitions.iter().cloned().zip(writers).collect();
+        let parts = self
+            .inner
+            .partitions
+            .iter()
+            .cloned()
+            .zip(writers)
+            .map(CachePadded::new)
+            .collect();
         Ok(Producer {
             topic: self.clone(),
             parts,
@@ -482,7 +489,9 @@ impl<T: fmt::Debug> std::error::Error for PublishToError<T> {}
 pub struct Producer<T: Send + Sync + 'static> {
     topic: Topic<T>,
     /// Each partition's log and this producer's place in it (kept here: no pointer chase per publish).
-    parts: Vec<(Arc<Log<T>>, Writer<T>)>,
+    /// Cache-padded: the writer's place changes on every publish, and a small heap block next to
+    /// it (a reader's, say) would otherwise share its cache line with another core.
+    parts: Vec<CachePadded<(Arc<Log<T>>, Writer<T>)>>,
     size_of: Option<SizeFn<T>>,
     next: usize,
     buffer: Vec<T>,
@@ -525,7 +534,7 @@ impl<T: Send + Sync + 'static> Producer<T> {
             Some(f) => f(&value) as u64,
             None => 0,
         };
-        let (log, w) = &mut self.parts[partition as usize];
+        let (log, w) = &mut *self.parts[partition as usize];
         log.publish(w, value, key, size)
             .map(|offset| Published { partition, offset })
     }
@@ -581,7 +590,7 @@ impl<T: Send + Sync + 'static> Producer<T> {
         if let Some(f) = &self.size_of {
             self.sizes.extend(self.buffer.iter().map(|v| f(v) as u64));
         }
-        let (log, w) = &mut self.parts[partition as usize];
+        let (log, w) = &mut *self.parts[partition as usize];
         match log.publish_batch(w, &mut self.buffer, &self.sizes) {
             Ok(offsets) => Ok(PublishedBatch { partition, offsets }),
             Err(e) => Err(e.map(|()| std::mem::take(&mut self.buffer))),
@@ -591,7 +600,8 @@ impl<T: Send + Sync + 'static> Producer<T> {
 
 impl<T: Send + Sync + 'static> Drop for Producer<T> {
     fn drop(&mut self) {
-        for (log, w) in self.parts.iter_mut() {
+        for part in self.parts.iter_mut() {
+            let (log, w) = &mut **part;
             log.release_writer(w);
         }
     }

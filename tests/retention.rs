@@ -405,3 +405,46 @@ fn a_borrowed_record_outlives_the_trim_of_its_segment() {
     assert_eq!(rec.id, 0, "the borrowed value is still there");
     assert_eq!(rec.offset(), 0);
 }
+
+/// A topic without timestamps writes a slot's time word only for keyed records, so a segment
+/// that comes back from the pool must not show an earlier record's key on an unkeyed one (nor a
+/// time on any). Rounds alternate keyed and unkeyed records over a 2-segment retention, so every
+/// slot is reused with the other kind again and again.
+#[test]
+fn reused_segments_forget_earlier_keys() {
+    for producers in [Producers::Single, Producers::Multi] {
+        let mut config = TopicConfig::default()
+            .segment_size(4)
+            .max_records(8)
+            .timestamps(false);
+        if producers == Producers::Single {
+            config = config.single_producer();
+        }
+        let t = Topic::<u64>::new("keys", config).unwrap();
+        let mut p = t.producer().unwrap();
+        let mut r = t.reader(0, Start::Earliest).unwrap();
+        let mut reused = false;
+        for round in 0..200u64 {
+            let keyed = round % 2 == 0;
+            for i in 0..4 {
+                let v = round * 4 + i;
+                if keyed {
+                    p.publish_keyed(&v, v).unwrap();
+                } else {
+                    p.publish(v).unwrap();
+                }
+            }
+            for i in 0..4 {
+                let rec = r.next().unwrap();
+                assert_eq!(*rec, round * 4 + i);
+                assert_eq!(rec.key().is_some(), keyed, "round {round}, {producers:?}");
+                assert_eq!(rec.timestamp(), std::time::UNIX_EPOCH);
+            }
+            reused |= t.stats().partitions[0].spare_segments > 0;
+        }
+        assert!(
+            reused,
+            "the pool must have handed segments back for this test to mean anything"
+        );
+    }
+}

@@ -265,7 +265,7 @@ impl<T: Send + Sync + 'static> Log<T> {
             admin: Mutex::new(Admin { oldest: 0 }),
             readers: Atomic::new(Vec::new()),
             dir: Directory::new(shift),
-            pool: Pool::new(size, !single, POOL_KEEP),
+            pool: Pool::new(size, !single, !config.timestamps, POOL_KEEP),
             epoch: Epoch::new(),
             max_records: config.max_records,
             #[cfg(feature = "tracing")]
@@ -895,7 +895,8 @@ impl<T: Send + Sync + 'static> Log<T> {
     #[inline]
     fn stamp(&self) -> u64 {
         if self.timestamps {
-            clock::now_nanos()
+            // Never 0: a zero time word means "not written" (see `Segment::write`).
+            clock::now_nanos().max(1)
         } else {
             0
         }

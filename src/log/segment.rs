@@ -91,7 +91,8 @@ pub(crate) struct Segment<T> {
     /// Sum of the sizes of the records in this segment (byte retention only).
     bytes: AtomicU64,
     values: Box<[UnsafeCell<MaybeUninit<T>>]>,
-    /// `Meta::ts_and_flag` of each slot.
+    /// `Meta::ts_and_flag` of each slot. Zero until written; only non-zero words are written, so
+    /// on a topic without timestamps only keyed records write here.
     times: Box<[UnsafeCell<u64>]>,
     /// `Meta::key` of each slot (`len` of them); written (and so initialized) only when `HAS_KEY`
     /// is set. Allocated by the first keyed publish into the segment, null until then: most
@@ -179,10 +180,15 @@ impl<T> Segment<T> {
             // SAFETY: exclusive access to an unpublished, reserved slot (the caller's contract).
             unsafe { (*p).write(value) };
         });
-        time_cell.with_mut(|p| {
-            // SAFETY: as above.
-            unsafe { *p = meta.ts_and_flag };
-        });
+        // A zero time word (no timestamp, no key) is not written: the slot's word is already 0
+        // (segments start zeroed, and the pool zeroes a reused one that may hold a key's flag),
+        // which spares topics without timestamps a store per record.
+        if meta.ts_and_flag != 0 {
+            time_cell.with_mut(|p| {
+                // SAFETY: as above.
+                unsafe { *p = meta.ts_and_flag };
+            });
+        }
         if meta.ts_and_flag & Meta::HAS_KEY != 0 {
             let keys = self.keys_or_allocate();
             // SAFETY: the key array has `len` slots and `i < len`; exclusive access to the slot
@@ -343,6 +349,9 @@ impl<T> Drop for Segment<T> {
 pub(crate) struct Pool<T> {
     size: usize,
     stamped: bool,
+    /// The log keeps no timestamps: a reused segment's time words must read 0 again (see
+    /// `Segment::write`), so they are cleared when the segment ever held a keyed record.
+    clear_times: bool,
     keep: usize,
     // Boxed on purpose: segments are handed out as raw pointers (`Box::into_raw`) and must not move.
     #[allow(clippy::vec_box)]
@@ -350,10 +359,11 @@ pub(crate) struct Pool<T> {
 }
 
 impl<T> Pool<T> {
-    pub(crate) fn new(size: usize, stamped: bool, keep: usize) -> Arc<Self> {
+    pub(crate) fn new(size: usize, stamped: bool, clear_times: bool, keep: usize) -> Arc<Self> {
         Arc::new(Pool {
             size,
             stamped,
+            clear_times,
             keep,
             spare: Mutex::new(Vec::new()),
         })
@@ -362,7 +372,19 @@ impl<T> Pool<T> {
     /// A segment for the offsets `[base, base + size)`, with one reference (the directory's).
     pub(crate) fn take(this: &Arc<Self>, base: u64) -> *mut Segment<T> {
         let spare = lock(&this.spare).pop();
-        let mut seg = spare.unwrap_or_else(|| Segment::allocate(this.size, this.stamped));
+        let mut seg = match spare {
+            Some(seg) => {
+                // Relaxed: the segment is ours alone (it came out of the pool).
+                if this.clear_times && !seg.keys.load(Ordering::Relaxed).is_null() {
+                    for cell in seg.times.iter() {
+                        // SAFETY: exclusive access to a pooled segment.
+                        cell.with_mut(|p| unsafe { *p = 0 });
+                    }
+                }
+                seg
+            }
+            None => Segment::allocate(this.size, this.stamped),
+        };
         seg.base = base;
         // Relaxed: the segment is not shared yet; installing it publishes these with Release.
         seg.refs.store(1, Ordering::Relaxed);
