@@ -481,6 +481,9 @@ impl<T> fmt::Display for PublishToError<T> {
 
 impl<T: fmt::Debug> std::error::Error for PublishToError<T> {}
 
+/// One partition's log and a producer's place in it.
+type Part<T> = (Arc<Log<T>>, Writer<T>);
+
 /// The fast way to publish from one thread: keeps its place in each partition, so a publish is one
 /// reservation, one write and one publishing store.
 ///
@@ -491,7 +494,7 @@ pub struct Producer<T: Send + Sync + 'static> {
     /// Each partition's log and this producer's place in it (kept here: no pointer chase per publish).
     /// Cache-padded: the writer's place changes on every publish, and a small heap block next to
     /// it (a reader's, say) would otherwise share its cache line with another core.
-    parts: Vec<CachePadded<(Arc<Log<T>>, Writer<T>)>>,
+    parts: Vec<CachePadded<Part<T>>>,
     size_of: Option<SizeFn<T>>,
     next: usize,
     buffer: Vec<T>,
