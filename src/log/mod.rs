@@ -228,6 +228,9 @@ pub(crate) struct Log<T> {
     /// Single producer without byte retention: a publish inside the writer's segment (and, under
     /// `Block`/`Reject`, inside the room last seen) takes the short path in [`Log::publish`].
     fast: bool,
+    /// Many producers, no byte retention: a publish under `DropOldest`, or under `Block` inside
+    /// the room last seen, takes the multi-producer short path in [`Log::publish`].
+    fast_multi: bool,
     /// `max_records` when the policy is `Block` or `Reject` (a publish must find room), else `None`.
     room_cap: Option<u64>,
     pub(crate) wait: WaitStrategy,
@@ -277,6 +280,7 @@ impl<T: Send + Sync + 'static> Log<T> {
             overflow: config.overflow,
             timestamps: config.timestamps,
             fast: single && config.max_bytes.is_none(),
+            fast_multi: !single && config.max_bytes.is_none(),
             room_cap: config
                 .max_records
                 .filter(|_| config.overflow != Overflow::DropOldest),
@@ -951,8 +955,30 @@ impl<T: Send + Sync + 'static> Log<T> {
                     return Ok(offset);
                 }
             }
+        } else if self.fast_multi && policy != Overflow::Reject && self.room_cached_multi() {
+            // `Reject` stays on the long path, which reserves with a compare-exchange so that it
+            // never hands out an offset past the room.
+            let meta = Meta::new(self.stamp(), key);
+            // Relaxed: see Orderings (`tail`).
+            let offset = self.tail.fetch_add(1, Ordering::Relaxed);
+            if offset & TAIL_CLOSED != 0 {
+                return Err(PublishError::Closed(value));
+            }
+            // Nothing below runs user code until the record is published (I6).
+            self.write(w, offset, value, meta, size);
+            self.after_publish(w);
+            return Ok(offset);
         }
         self.publish_with(w, value, key, size, policy)
+    }
+
+    /// [`Log::room_cached`] for the next multi-producer reservation (always true under
+    /// `DropOldest`, without touching `tail`).
+    #[inline(always)]
+    fn room_cached_multi(&self) -> bool {
+        // Relaxed: a position for the room check only; the reservation itself is the RMW.
+        self.room_cap.is_none()
+            || self.room_cached(self.tail.load(Ordering::Relaxed) & !TAIL_CLOSED)
     }
 
     /// Whether a record at `offset` fits under `Block`/`Reject` by the cached bound alone (always
