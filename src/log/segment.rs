@@ -239,10 +239,13 @@ impl<T> Segment<T> {
     /// # Safety
     /// Slot `i` is published and the caller observed that with Acquire (a stamp or the watermark),
     /// and the caller holds a reference to the segment for as long as the returned borrow lives.
-    #[inline]
+    #[inline(always)]
     pub(crate) unsafe fn value(&self, i: usize) -> &T {
+        debug_assert!(i < self.len());
+        // SAFETY: a published slot's index is below `len` (offsets map into their segment).
+        let cell = unsafe { self.values.get_unchecked(i) };
         // SAFETY: published slots are initialized and never written again (the caller's contract).
-        self.values[i].with(|p| unsafe { (*p).assume_init_ref() })
+        cell.with(|p| unsafe { (*p).assume_init_ref() })
     }
 
     /// The metadata of slot `i`.
