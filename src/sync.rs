@@ -91,6 +91,7 @@ pub(crate) fn yield_now() {
 
 /// `UnsafeCell` with loom's closure API, so the same code runs under both.
 #[derive(Debug)]
+#[repr(transparent)]
 pub(crate) struct UnsafeCell<T>(
     #[cfg(not(loom))] std::cell::UnsafeCell<T>,
     #[cfg(loom)] loom::cell::UnsafeCell<T>,

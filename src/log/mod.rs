@@ -943,11 +943,13 @@ impl<T: Send + Sync + 'static> Log<T> {
             if self.state.load(Ordering::Relaxed) & CLOSED == 0 {
                 if let Some(seg) = w.seg.as_deref() {
                     let meta = Meta::new(self.stamp(), key);
+                    let i = (offset & self.mask) as usize;
+                    seg.prefetch_ahead(i);
                     // SAFETY: the slot index `offset & mask` is below the segment's `mask + 1`
                     // slots; we are the single writer (`limit` is only non-zero for it), `offset`
                     // is not published yet (the watermark is at most `offset`), and it is below
                     // `limit`, the end of the segment `w` holds a reference to.
-                    unsafe { seg.write((offset & self.mask) as usize, value, meta) };
+                    unsafe { seg.write(i, value, meta) };
                     w.next = offset + 1;
                     // Release: publishes the slot (I2).
                     self.watermark.store(offset + 1, Ordering::Release);
@@ -1100,6 +1102,7 @@ impl<T: Send + Sync + 'static> Log<T> {
             drop(value);
             return;
         };
+        seg.prefetch_ahead(i);
         // SAFETY: `i = offset & mask` is below the segment's `mask + 1` slots; we reserved `offset`
         // (fetch_add, or we are the single writer), it is not published yet, and `w` holds a
         // reference to its segment.

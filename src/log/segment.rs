@@ -234,6 +234,34 @@ impl<T> Segment<T> {
         }
     }
 
+    /// Asks the CPU to start fetching, for writing, the cache line that holds the value of slot
+    /// `i + ahead`, where `ahead` is about 8 cache lines. Called by the single producer when it
+    /// starts a new line, so the lines it is about to write (last read by the readers a whole
+    /// retention window ago) are on their way before the stores need them. A hint only: no
+    /// effect outside x86-64, under loom, or past the segment's end.
+    #[inline(always)]
+    pub(crate) fn prefetch_ahead(&self, i: usize) {
+        #[cfg(all(target_arch = "x86_64", not(loom)))]
+        {
+            let size = std::mem::size_of::<T>().max(1);
+            if i % (64 / size).max(1) != 0 {
+                return; // not the first slot of a line (for values up to a line long)
+            }
+            let target = i + (512 / size).max(1);
+            if target < self.len() {
+                // Under `not(loom)` our `UnsafeCell` is `repr(transparent)` over the std one, so
+                // the array is `len` contiguous values.
+                let p = self.values.as_ptr().wrapping_add(target) as *const i8;
+                // SAFETY: a prefetch is a hint: it never faults and changes no memory; `p` points
+                // inside the value array all the same.
+                unsafe {
+                    std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(p)
+                };
+            }
+        }
+        let _ = i;
+    }
+
     /// The value of slot `i`.
     ///
     /// # Safety
