@@ -244,7 +244,7 @@ impl<T> Segment<T> {
         #[cfg(all(target_arch = "x86_64", not(loom)))]
         {
             let size = std::mem::size_of::<T>().max(1);
-            if i % (64 / size).max(1) != 0 {
+            if !i.is_multiple_of((64 / size).max(1)) {
                 return; // not the first slot of a line (for values up to a line long)
             }
             let target = i + (512 / size).max(1);
