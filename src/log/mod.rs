@@ -1076,10 +1076,27 @@ impl<T: Send + Sync + 'static> Log<T> {
             self.reserve_multi(n, self.overflow)
                 .map_err(|r| r.with(()))?
         };
-        // Draining a Vec runs no user code (I6); the values move straight into their slots.
-        for (k, value) in values.drain(..).enumerate() {
-            let size = sizes.get(k).copied().unwrap_or(0);
-            self.write(w, first + k as u64, value, meta, size);
+        // Draining a Vec runs no user code (I6); the values move straight into their slots, one
+        // segment's run at a time (the segment is looked up once per run, not per value).
+        let end = first + n;
+        let mut drain = values.drain(..);
+        let mut offset = first;
+        while offset < end {
+            let run_end = (((offset >> self.shift) + 1) << self.shift).min(end);
+            let run = (offset..run_end).zip(&mut drain);
+            match w.segment(self, offset >> self.shift) {
+                Some(seg) => {
+                    for (o, value) in run {
+                        let size = sizes.get((o - first) as usize).copied().unwrap_or(0);
+                        // SAFETY: `o` is reserved by us and unpublished, and `seg` is its
+                        // segment, which `w` holds.
+                        unsafe { self.write_in(seg, o, value, meta, size) };
+                    }
+                }
+                // Trimmed already (see `write`): the values are dropped here, exactly once.
+                None => run.for_each(|(_, value)| drop(value)),
+            }
+            offset = run_end;
         }
         if self.single {
             w.next = first + n;
@@ -1093,19 +1110,29 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// Writes (and, multi-producer, publishes) one reserved slot.
     #[inline]
     fn write(&self, w: &mut Writer<T>, offset: u64, value: T, meta: Meta, size: u64) {
-        let index = offset >> self.shift;
-        let i = (offset & self.mask) as usize;
-        let Some(seg) = w.segment(self, index) else {
+        let Some(seg) = w.segment(self, offset >> self.shift) else {
             // Retention already removed this segment (only possible when a multi-producer publish
             // was descheduled for longer than the retained range takes to pass by): the record is
             // published and trimmed at once. Its value is dropped here, exactly once.
             drop(value);
             return;
         };
+        // SAFETY: `offset` is reserved by us and unpublished, and `seg` is its segment, held by
+        // `w`.
+        unsafe { self.write_in(seg, offset, value, meta, size) };
+    }
+
+    /// Writes (and, multi-producer, publishes) one reserved slot of `seg`.
+    ///
+    /// # Safety
+    /// The caller reserved `offset` (fetch_add, or it is the single writer), has not published
+    /// it, and `seg` is the segment holding `offset`, which the caller holds a reference to.
+    #[inline(always)]
+    unsafe fn write_in(&self, seg: &Segment<T>, offset: u64, value: T, meta: Meta, size: u64) {
+        let i = (offset & self.mask) as usize;
         seg.prefetch_ahead(i);
-        // SAFETY: `i = offset & mask` is below the segment's `mask + 1` slots; we reserved `offset`
-        // (fetch_add, or we are the single writer), it is not published yet, and `w` holds a
-        // reference to its segment.
+        // SAFETY: `i = offset & mask` is below the segment's `mask + 1` slots; the rest is this
+        // function's contract.
         unsafe { seg.write(i, value, meta) };
         if self.max_bytes.is_some() {
             // Relaxed: counters read by `trim` under the admin lock; see `trim`.
