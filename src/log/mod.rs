@@ -1085,6 +1085,16 @@ impl<T: Send + Sync + 'static> Log<T> {
             let run_end = (((offset >> self.shift) + 1) << self.shift).min(end);
             let run = (offset..run_end).zip(&mut drain);
             match w.segment(self, offset >> self.shift) {
+                // The common case in a tight loop: one writer, no sizes to count, no stamps.
+                Some(seg) if self.single && self.max_bytes.is_none() => {
+                    for (o, value) in run {
+                        let i = (o & self.mask) as usize;
+                        seg.prefetch_ahead(i);
+                        // SAFETY: `i` is inside the segment (`o & mask`); `o` is reserved by the
+                        // single writer and unpublished, and `seg`, its segment, is held by `w`.
+                        unsafe { seg.write(i, value, meta) };
+                    }
+                }
                 Some(seg) => {
                     for (o, value) in run {
                         let size = sizes.get((o - first) as usize).copied().unwrap_or(0);

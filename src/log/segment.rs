@@ -251,11 +251,18 @@ impl<T> Segment<T> {
             if target < self.len() {
                 // Under `not(loom)` our `UnsafeCell` is `repr(transparent)` over the std one, so
                 // the array is `len` contiguous values.
-                let p = self.values.as_ptr().wrapping_add(target) as *const i8;
-                // SAFETY: a prefetch is a hint: it never faults and changes no memory; `p` points
-                // inside the value array all the same.
+                let p = self.values.as_ptr().wrapping_add(target) as *const u8;
+                // `prefetchw` (fetch the line for writing) rather than `_mm_prefetch`, which
+                // without the `prfchw` target feature compiles to a read prefetch; CPUs that lack
+                // it execute it as a no-op.
+                // SAFETY: a prefetch is a hint: it never faults, changes no memory and no flags;
+                // `p` points inside the value array all the same.
                 unsafe {
-                    std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(p)
+                    std::arch::asm!(
+                        "prefetchw byte ptr [{p}]",
+                        p = in(reg) p,
+                        options(nostack, preserves_flags, readonly),
+                    )
                 };
             }
         }
