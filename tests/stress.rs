@@ -145,3 +145,64 @@ fn readers_park_and_wake_when_producers_pause() {
         assert_eq!(r.join().unwrap(), 2_000);
     }
 }
+
+/// Keyed and unkeyed records from four producers racing into the same small segments: the first
+/// keyed publish into a segment allocates its key array (two producers may race to do it), and
+/// every record reads back with its own key or none. Each producer keys its records with the
+/// value's low bits, so records with equal low bits carry equal key hashes.
+#[test]
+fn racing_producers_allocate_key_arrays_once() {
+    let per = 5_000 * scale().max(1);
+    let t = Topic::<u64>::new(
+        "keys",
+        TopicConfig::default().segment_size(8).timestamps(false),
+    )
+    .unwrap();
+    let handles: Vec<_> = (0..4u64)
+        .map(|p| {
+            let t = t.clone();
+            thread::spawn(move || {
+                let mut producer = t.producer().unwrap();
+                for k in 0..per {
+                    let v = value(p, k);
+                    if k % 3 == 0 {
+                        producer.publish(v).unwrap();
+                    } else {
+                        producer.publish_keyed(&(v % 16), v).unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    t.close();
+    let mut r = t.reader(0, Start::Earliest).unwrap();
+    let mut key_of = std::collections::HashMap::new();
+    let mut n = 0;
+    loop {
+        match r.next() {
+            Ok(rec) => {
+                let v = *rec;
+                let seq = v & ((1 << 48) - 1);
+                match rec.key() {
+                    None => assert_eq!(seq % 3, 0, "record {v:#x} lost its key"),
+                    Some(h) => {
+                        assert_ne!(seq % 3, 0, "record {v:#x} got a key it was not given");
+                        assert_eq!(
+                            *key_of.entry(v % 16).or_insert(h),
+                            h,
+                            "equal keys, equal hashes"
+                        );
+                    }
+                }
+                n += 1;
+            }
+            Err(ReadError::Closed) => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(n, 4 * per);
+    assert_eq!(key_of.len(), 16);
+}
