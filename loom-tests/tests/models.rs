@@ -148,6 +148,41 @@ fn racing_segment_install() {
     });
 }
 
+/// The key array of a segment is allocated by its first keyed publish: two producers race to
+/// allocate it while a reader reads whatever is published. Every record a reader sees carries its
+/// key (the reader follows the array pointer only after the slot's stamp), and the losing
+/// allocation is freed (loom checks every access to the cells).
+#[test]
+fn racing_key_array_allocation() {
+    model(|| {
+        let topic = Topic::<u64>::new("m", config().timestamps(false)).unwrap();
+        let mut reader = topic.reader(0, Start::Earliest).unwrap();
+        let t = topic.clone();
+        let other = thread::spawn(move || {
+            t.producer().unwrap().publish_keyed(&1u64, 10).unwrap();
+        });
+        topic.producer().unwrap().publish_keyed(&2u64, 20).unwrap();
+        let mut seen = Vec::new();
+        if let Ok(r) = reader.try_next() {
+            assert!(
+                r.key().is_some(),
+                "a keyed record read back without its key"
+            );
+            seen.push(*r);
+        }
+        other.join().unwrap();
+        while let Ok(r) = reader.try_next() {
+            assert!(
+                r.key().is_some(),
+                "a keyed record read back without its key"
+            );
+            seen.push(*r);
+        }
+        seen.sort();
+        assert_eq!(seen, vec![10, 20]);
+    });
+}
+
 struct Counted(Arc<AtomicUsize>);
 impl Drop for Counted {
     fn drop(&mut self) {
