@@ -182,10 +182,14 @@ impl<T: Send + Sync + 'static> Reader<T> {
     /// Moves to `offset` without a range check below the retained range: a position that retention
     /// already passed is reported as `Lagged` by the next read. `offset` must not exceed the end.
     pub(crate) fn reposition(&mut self, offset: u64) {
+        let back = offset < self.next;
         self.next = offset;
         self.ready = offset;
         self.seg = None;
         self.log.moved(&self.cursor, offset);
+        if back {
+            self.log.reader_moved_back();
+        }
     }
 
     /// The partition this reader reads.

@@ -555,6 +555,14 @@ impl<T: Send + Sync + 'static> Log<T> {
         cursor
     }
 
+    /// A reader moved back (seek, rollback): the room publishers remember under `Block`/`Reject`
+    /// was counted from where it was, so it is forgotten, as when a reader registers.
+    pub(crate) fn reader_moved_back(&self) {
+        // Relaxed: a hint; the next room check recomputes from the cursors (the reader's new
+        // position was stored with Release just before).
+        self.min_read.store(0, Ordering::Relaxed);
+    }
+
     pub(crate) fn deregister(&self, cursor: &CursorRef) {
         {
             let _admin = lock(&self.admin);
