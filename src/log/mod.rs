@@ -768,11 +768,20 @@ impl<T: Send + Sync + 'static> Log<T> {
     fn wait_for_room(&self, n: u64, end: impl Fn() -> u64) -> Result<(), Closedish> {
         let mut polls = 0u32;
         let mut yield_since: Option<Instant> = None;
+        // Once it has to wait, a publisher waits (while it spins and yields) for room for a
+        // segment's worth of records (at most a quarter of the cap), not for the first free slot:
+        // resuming at one free slot means waiting again at the next publish, and each room check
+        // reads every reader's cursor line while the readers are the bottleneck. After a park it
+        // takes whatever room woke it, so a wake-up never leads straight to another park.
+        let mut want = n.max((1u64 << self.shift).min(self.max_records.unwrap_or(0) / 4));
+        if self.has_room(end(), n) {
+            return Ok(());
+        }
         loop {
             if self.is_closed() {
                 return Err(Closedish);
             }
-            if self.has_room(end(), n) {
+            if self.has_room(end(), want) {
                 return Ok(());
             }
             if polls < self.wait.spin_polls {
@@ -795,6 +804,7 @@ impl<T: Send + Sync + 'static> Log<T> {
             // Relaxed: withdrawing costs nothing if a reader sees us a moment longer (it only
             // makes one spare wake-up call); the count only has to be there before we sleep.
             self.state.fetch_sub(BLOCKED_ONE, Ordering::Relaxed);
+            want = n;
         }
     }
 
