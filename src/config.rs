@@ -25,8 +25,11 @@ pub enum Overflow {
     /// that falls behind the retained range is told `Lagged(n)` and continues at the oldest record.
     #[default]
     DropOldest,
-    /// The publisher waits (spin, then park) until the slowest attached reader frees room. A reader
-    /// that is dropped stops holding publishers back.
+    /// The publisher waits (spin, yield, then park) until the slowest attached reader frees room.
+    /// A reader that is dropped stops holding publishers back. A publisher that has to wait
+    /// resumes once a segment's worth of records fits (at most a quarter of `max_records`), or
+    /// when a reader wakes it from a park, rather than at the first free slot: the readers are
+    /// the bottleneck then, and checking their positions per record would slow them further.
     Block,
     /// The publish fails with [`PublishError::Full`](crate::PublishError::Full) and hands the value
     /// back.
