@@ -774,6 +774,9 @@ impl<T: Send + Sync + 'static> Log<T> {
         // reads every reader's cursor line while the readers are the bottleneck. After a park it
         // takes whatever room woke it, so a wake-up never leads straight to another park.
         let mut want = n.max((1u64 << self.shift).min(self.max_records.unwrap_or(0) / 4));
+        if self.is_closed() {
+            return Err(Closedish);
+        }
         if self.has_room(end(), n) {
             return Ok(());
         }
