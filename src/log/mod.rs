@@ -225,12 +225,10 @@ pub(crate) struct Log<T> {
     overflow: Overflow,
     /// Whether records are stamped with the time (see `TopicConfig::timestamps`).
     timestamps: bool,
-    /// Single producer without byte retention: a publish inside the writer's segment (and, under
-    /// `Block`/`Reject`, inside the room last seen) takes the short path in [`Log::publish`].
+    /// No byte retention (no sizes to count): publishes may take the short paths of
+    /// [`Log::publish`] (single producer: inside the writer's segment and, under `Block`/`Reject`,
+    /// the room last seen; many producers: under `DropOldest`, or `Block` inside that room).
     fast: bool,
-    /// Many producers, no byte retention: a publish under `DropOldest`, or under `Block` inside
-    /// the room last seen, takes the multi-producer short path in [`Log::publish`].
-    fast_multi: bool,
     /// `max_records` when the policy is `Block` or `Reject` (a publish must find room), else `None`.
     room_cap: Option<u64>,
     pub(crate) wait: WaitStrategy,
@@ -279,8 +277,7 @@ impl<T: Send + Sync + 'static> Log<T> {
                 .map(|d| d.as_nanos().min(u64::MAX as u128) as u64),
             overflow: config.overflow,
             timestamps: config.timestamps,
-            fast: single && config.max_bytes.is_none(),
-            fast_multi: !single && config.max_bytes.is_none(),
+            fast: config.max_bytes.is_none(),
             room_cap: config
                 .max_records
                 .filter(|_| config.overflow != Overflow::DropOldest),
@@ -978,7 +975,11 @@ impl<T: Send + Sync + 'static> Log<T> {
                     return Ok(offset);
                 }
             }
-        } else if self.fast_multi && policy != Overflow::Reject && self.room_cached_multi() {
+        } else if !self.single
+            && self.fast
+            && policy != Overflow::Reject
+            && self.room_cached_multi()
+        {
             // `Reject` stays on the long path, which reserves with a compare-exchange so that it
             // never hands out an offset past the room.
             let meta = Meta::new(self.stamp(), key);
@@ -1107,7 +1108,7 @@ impl<T: Send + Sync + 'static> Log<T> {
             let run = (offset..run_end).zip(&mut drain);
             match w.segment(self, offset >> self.shift) {
                 // The common case in a tight loop: one writer, no sizes to count, no stamps.
-                Some(seg) if self.single && self.max_bytes.is_none() => {
+                Some(seg) if self.single && self.fast => {
                     for (o, value) in run {
                         let i = (o & self.mask) as usize;
                         seg.prefetch_ahead(i);
@@ -1354,7 +1355,7 @@ impl<T: Send + Sync + 'static> Writer<T> {
             log.prepare(index);
             self.seg = log.acquire(index);
             self.limit = match &self.seg {
-                Some(seg) if log.fast => seg.base() + seg.len() as u64,
+                Some(seg) if log.single && log.fast => seg.base() + seg.len() as u64,
                 _ => 0,
             };
         }
