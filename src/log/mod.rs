@@ -320,16 +320,24 @@ impl<T: Send + Sync + 'static> Log<T> {
             // Acquire: pairs with the writer's Release store.
             self.watermark.load(Ordering::Acquire)
         } else {
-            // Relaxed: only a position; nothing is read through it.
-            self.tail.load(Ordering::Relaxed) & !TAIL_CLOSED
+            self.reserved_end()
         }
     }
 
+    /// `tail` without the closed bit: one past the newest reservation (multi producer), or where
+    /// the last single writer stopped.
+    #[inline(always)]
+    fn reserved_end(&self) -> u64 {
+        // Relaxed: only a position (room checks, how to wait); nothing is read through it, and
+        // slots are published by their stamps or the watermark.
+        self.tail.load(Ordering::Relaxed) & !TAIL_CLOSED
+    }
+
     /// Whether an offset at or above `pos` is reserved (multi-producer logs; a single producer
-    /// publishes what it reserves in one step, so never).
+    /// publishes what it reserves in one step, so never). A hint for how to wait: the reader
+    /// re-checks the stamps with Acquire.
     pub(crate) fn reserved_beyond(&self, pos: u64) -> bool {
-        // Relaxed: a hint for how to wait; the reader re-checks the stamps with Acquire.
-        !self.single && self.tail.load(Ordering::Relaxed) & !TAIL_CLOSED > pos
+        !self.single && self.reserved_end() > pos
     }
 
     pub(crate) fn is_closed(&self) -> bool {
@@ -655,10 +663,9 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// Whether one more record fits now, or the log is closed (an async publisher's re-check).
     #[cfg(feature = "async")]
     pub(crate) fn room_for_one(&self) -> bool {
-        // Relaxed: a position for the room check only (the single writer's tail is stored when
-        // its writer is released, which the async publisher did before asking).
-        let end = self.tail.load(Ordering::Relaxed) & !TAIL_CLOSED;
-        self.is_closed() || self.has_room(end, 1)
+        // The single writer's tail is stored when its writer is released, which the async
+        // publisher did before asking.
+        self.is_closed() || self.has_room(self.reserved_end(), 1)
     }
 
     fn slowest_reader(&self) -> Option<u64> {
@@ -819,8 +826,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         match policy {
             Overflow::DropOldest => {}
             Overflow::Block => {
-                // Relaxed: a position for the room check only.
-                self.wait_for_room(n, || self.tail.load(Ordering::Relaxed) & !TAIL_CLOSED)
+                self.wait_for_room(n, || self.reserved_end())
                     .map_err(|_| Refusal::Closed)?;
             }
             Overflow::Reject => {
@@ -1000,9 +1006,7 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// `DropOldest`, without touching `tail`).
     #[inline(always)]
     fn room_cached_multi(&self) -> bool {
-        // Relaxed: a position for the room check only; the reservation itself is the RMW.
-        self.room_cap.is_none()
-            || self.room_cached(self.tail.load(Ordering::Relaxed) & !TAIL_CLOSED)
+        self.room_cap.is_none() || self.room_cached(self.reserved_end())
     }
 
     /// Whether a record at `offset` fits under `Block`/`Reject` by the cached bound alone (always
