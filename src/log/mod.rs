@@ -777,13 +777,8 @@ impl<T: Send + Sync + 'static> Log<T> {
         // resuming at one free slot means waiting again at the next publish, and each room check
         // reads every reader's cursor line while the readers are the bottleneck. After a park it
         // takes whatever room woke it, so a wake-up never leads straight to another park.
-        let mut want = n.max((1u64 << self.shift).min(self.max_records.unwrap_or(0) / 4));
-        if self.is_closed() {
-            return Err(Closedish);
-        }
-        if self.has_room(end(), n) {
-            return Ok(());
-        }
+        let resume = n.max((1u64 << self.shift).min(self.max_records.unwrap_or(0) / 4));
+        let mut want = n; // the first look (and the first after a park) asks for `n` only
         loop {
             if self.is_closed() {
                 return Err(Closedish);
@@ -791,6 +786,7 @@ impl<T: Send + Sync + 'static> Log<T> {
             if self.has_room(end(), want) {
                 return Ok(());
             }
+            want = resume;
             if polls < self.wait.spin_polls {
                 polls += 1;
                 spin_hint();
