@@ -13,7 +13,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 
-use logbus::{Overflow, Producers, ReadError, Start, Topic, TopicConfig, WaitStrategy};
+use logbus::{Overflow, Producers, ReadError, Reader, Start, Topic, TopicConfig, WaitStrategy};
 use loom::{sync::Arc, thread};
 
 /// Runs a model with room for the epoch collector's many atomic steps, and says how many
@@ -33,6 +33,20 @@ fn model(f: impl Fn() + Sync + Send + 'static) {
 
 /// Readers park as soon as nothing is ready: the smallest state space, and the park path always
 /// runs.
+/// A topic, a reader at its start, and a thread that publishes `value` into it once.
+fn reader_and_one_publish(
+    config: TopicConfig<u64>,
+    value: u64,
+) -> (Topic<u64>, Reader<u64>, thread::JoinHandle<()>) {
+    let topic = Topic::<u64>::new("m", config).unwrap();
+    let reader = topic.reader(0, Start::Earliest).unwrap();
+    let t = topic.clone();
+    let publisher = thread::spawn(move || {
+        t.publish(value).unwrap();
+    });
+    (topic, reader, publisher)
+}
+
 fn config<T>() -> TopicConfig<T> {
     TopicConfig::default()
         .segment_size(2)
@@ -78,12 +92,7 @@ fn reserve_publish_read() {
 #[test]
 fn park_wake_race_multi_producer() {
     model(|| {
-        let topic = Topic::<u64>::new("m", config()).unwrap();
-        let mut reader = topic.reader(0, Start::Earliest).unwrap();
-        let t = topic.clone();
-        let publisher = thread::spawn(move || {
-            t.publish(7).unwrap();
-        });
+        let (_topic, mut reader, publisher) = reader_and_one_publish(config(), 7);
         assert_eq!(*reader.next().unwrap(), 7);
         publisher.join().unwrap();
     });
@@ -372,12 +381,7 @@ fn subscription_close_while_publisher_wakes_it() {
 #[test]
 fn async_task_is_woken_by_a_publish() {
     model(|| {
-        let topic = Topic::<u64>::new("m", config().timestamps(false)).unwrap();
-        let mut reader = topic.reader(0, Start::Earliest).unwrap();
-        let t = topic.clone();
-        let publisher = thread::spawn(move || {
-            t.publish(5).unwrap();
-        });
+        let (_topic, mut reader, publisher) = reader_and_one_publish(config().timestamps(false), 5);
         let got = loom::future::block_on(async { *reader.next_async().await.unwrap() });
         assert_eq!(got, 5);
         publisher.join().unwrap();
@@ -391,12 +395,7 @@ fn async_task_is_woken_by_a_publish() {
 fn dropped_async_wait_withdraws() {
     model(|| {
         use std::{future::Future, pin::pin, task::Context};
-        let topic = Topic::<u64>::new("m", config().timestamps(false)).unwrap();
-        let mut reader = topic.reader(0, Start::Earliest).unwrap();
-        let t = topic.clone();
-        let publisher = thread::spawn(move || {
-            t.publish(5).unwrap();
-        });
+        let (topic, mut reader, publisher) = reader_and_one_publish(config().timestamps(false), 5);
         {
             let waker = futures_noop_waker();
             let mut cx = Context::from_waker(&waker);
