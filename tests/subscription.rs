@@ -37,15 +37,20 @@ fn a_slow_subscriber_delays_nobody_and_both_keep_publisher_order() {
         })
         .unwrap();
     let (gate_tx, gate_rx) = mpsc::channel::<()>();
+    let (entered_tx, entered_rx) = mpsc::channel::<()>();
     let slow_seen = Arc::new(Mutex::new(Vec::new()));
     let seen = slow_seen.clone();
     let slow = orders
         .subscribe("slow", Start::Latest, move |r| {
+            let _ = entered_tx.send(());
             gate_rx.recv().map_err(|e| e.to_string())?;
             seen.lock().unwrap().push(**r);
             Ok::<_, String>(())
         })
         .unwrap();
+    // Re-bound after `slow`, so that a failed assertion drops the gate before the subscription
+    // (whose drop waits for the handler): the test then fails instead of hanging.
+    let gate_tx = gate_tx;
     let publishers: Vec<_> = (0..4u32)
         .map(|p| {
             let orders = orders.clone();
@@ -59,8 +64,10 @@ fn a_slow_subscriber_delays_nobody_and_both_keep_publisher_order() {
     for p in publishers {
         p.join().unwrap();
     }
-    // The fast subscriber finishes everything while the slow one is stuck on its first record.
+    // The fast subscriber finishes everything while the slow one is stuck on its first record
+    // (waiting until its handler has started: its thread may not have run yet).
     assert!(fast.wait_idle(LONG));
+    entered_rx.recv_timeout(LONG).unwrap();
     assert_eq!(fast_seen.lock().unwrap().len(), 101);
     assert!(slow_seen.lock().unwrap().is_empty());
     assert_eq!(slow.stats().in_flight, 1);

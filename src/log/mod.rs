@@ -266,7 +266,7 @@ impl<T: Send + Sync + 'static> Log<T> {
             admin: Mutex::new(Admin { oldest: 0 }),
             readers: Atomic::new(Vec::new()),
             dir: Directory::new(shift),
-            pool: Pool::new(size, !single, !config.timestamps, POOL_KEEP),
+            pool: Pool::new(size, !single, config.timestamps, POOL_KEEP),
             epoch: Epoch::new(),
             max_records: config.max_records,
             #[cfg(feature = "tracing")]

@@ -3,8 +3,10 @@
 //! Slot `i` of a segment whose first offset is `base` holds offset `base + i`. Each slot has three
 //! parts kept in separate arrays, so that a reader pulls only the bytes it uses:
 //! - the value (`MaybeUninit<T>`), written once by the producer that reserved the offset;
-//! - the metadata ([`Meta`]: timestamp and key hash), read only when a caller asks for it; the
-//!   key array is allocated only when the segment gets its first keyed record;
+//! - the metadata ([`Meta`]: timestamp and key hash), read only when a caller asks for it. The
+//!   time word is packed into 6 bytes (see [`Segment::write`]), so a timestamped record of `T`
+//!   costs `size_of::<T>() + 6` bytes; the key array, and the wide-time array for timestamps that
+//!   do not fit the packing, are allocated only when a segment first needs them;
 //! - on multi-producer logs only, the stamp: `offset + 1` once the slot is published, anything
 //!   else before. Single-producer logs publish a watermark instead and keep no stamps.
 //!
@@ -27,24 +29,27 @@
 //! - `filled` (single producer): stored with Release by the producer when it leaves the segment,
 //!   before it drops its reference; read after the zero-count Acquire fence.
 //! - `bytes`: a Relaxed counter used by byte retention, read under the log's admin lock.
-//! - `keys` (the lazily allocated key array): installed with an AcqRel compare-exchange from null,
-//!   loaded with Acquire, so whoever uses the pointer sees the allocation. A reader only follows it
-//!   for a slot whose `HAS_KEY` flag it saw after the slot's publication (Acquire), which the
-//!   writer stored after installing or loading the array.
+//! - `keys` and `wide` (the lazily allocated key and wide-time arrays): installed with an AcqRel
+//!   compare-exchange from null, loaded with Acquire, so whoever uses the pointer sees the
+//!   allocation. A reader only follows one for a slot whose packed time word (`HAS_KEY`, or the
+//!   `WIDE` mark) it saw after the slot's publication (Acquire), which the writer stored after
+//!   installing or loading the array and writing the slot's word in it.
 
 use std::mem::MaybeUninit;
+
+use crate::clock;
 
 use crate::sync::{
     fence, lock, Arc, AtomicPtr, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell,
 };
 
-/// One slot of a segment's key array.
-type KeyCell = UnsafeCell<MaybeUninit<u64>>;
+/// One slot of a lazily allocated array (keys, or timestamps too far from the segment's base).
+type WordCell = UnsafeCell<MaybeUninit<u64>>;
 
 /// Per-slot metadata, written by the producer before it publishes the slot.
 ///
-/// Stored as two arrays so that an unkeyed publish writes 8 bytes of metadata, not 16: the
-/// timestamp word always, the key word only when there is a key.
+/// Stored as a packed 6-byte time word per slot and a key array allocated on first use, so that
+/// an unkeyed publish writes 6 bytes of metadata (none at all on a topic without timestamps).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Meta {
     /// Bits 0..63: nanoseconds since the UNIX epoch (fits until the year 2262).
@@ -91,14 +96,22 @@ pub(crate) struct Segment<T> {
     /// Sum of the sizes of the records in this segment (byte retention only).
     bytes: AtomicU64,
     values: Box<[UnsafeCell<MaybeUninit<T>>]>,
-    /// `Meta::ts_and_flag` of each slot. Zero until written; only non-zero words are written, so
-    /// on a topic without timestamps only keyed records write here.
-    times: Box<[UnsafeCell<u64>]>,
+    /// The packed time word of each slot (see [`Packed`]), little-endian. Zero until written;
+    /// only non-zero words are written, so on a topic without timestamps only keyed records write
+    /// here.
+    times: Box<[UnsafeCell<[u8; 6]>]>,
+    /// What packed timestamps are relative to: the wall clock when the segment was installed
+    /// (timestamped logs only), less `Packed::BIAS`. Written while the segment is owned by one
+    /// thread, like `base`.
+    tzero: u64,
     /// `Meta::key` of each slot (`len` of them); written (and so initialized) only when `HAS_KEY`
     /// is set. Allocated by the first keyed publish into the segment, null until then: most
     /// topics publish without keys and would pay 8 bytes per record for nothing. Once allocated
     /// it stays with the segment, through the pool, until the segment is freed.
-    keys: AtomicPtr<KeyCell>,
+    keys: AtomicPtr<WordCell>,
+    /// Full timestamps of the slots whose packed word says `WIDE` (stamped more than ~19 hours
+    /// from the segment's install: one that stays open that long). Allocated on first need, like `keys`.
+    wide: AtomicPtr<WordCell>,
     /// `offset + 1` once published (multi-producer logs); empty on single-producer logs.
     stamps: Box<[AtomicU64]>,
     /// Where the segment goes when its last reference is dropped. `None` while it sits in the pool,
@@ -123,8 +136,10 @@ impl<T> Segment<T> {
             values: (0..size)
                 .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
                 .collect(),
-            times: (0..size).map(|_| UnsafeCell::new(0)).collect(),
+            times: (0..size).map(|_| UnsafeCell::new([0; 6])).collect(),
+            tzero: 0,
             keys: AtomicPtr::new(std::ptr::null_mut()),
+            wide: AtomicPtr::new(std::ptr::null_mut()),
             stamps: if stamped {
                 (0..size).map(|_| AtomicU64::new(0)).collect()
             } else {
@@ -165,6 +180,10 @@ impl<T> Segment<T> {
 
     /// Writes the value and metadata of slot `i`.
     ///
+    /// The metadata goes into the slot's 6-byte time word ([`Packed`]): the timestamp as an
+    /// offset from the time the segment was installed (±2^46 ns, about 19.5 hours) plus the key
+    /// flag; the key, and a timestamp outside that range, go to arrays allocated on first use.
+    ///
     /// # Safety
     /// `i < self.len()`. The caller reserved the offset `base + i` (so no one else writes this
     /// slot) and has not yet published it (so no one reads it), and holds a reference to the
@@ -180,58 +199,70 @@ impl<T> Segment<T> {
             // SAFETY: exclusive access to an unpublished, reserved slot (the caller's contract).
             unsafe { (*p).write(value) };
         });
-        // A zero time word (no timestamp, no key) is not written: the slot's word is already 0
+        // A zero word (no timestamp, no key) is not written: the slot's word is already 0
         // (segments start zeroed, and the pool zeroes a reused one that may hold a key's flag),
         // which spares topics without timestamps a store per record.
-        if meta.ts_and_flag != 0 {
-            time_cell.with_mut(|p| {
-                // SAFETY: as above.
-                unsafe { *p = meta.ts_and_flag };
-            });
+        if meta.ts_and_flag == 0 {
+            return;
         }
-        if meta.ts_and_flag & Meta::HAS_KEY != 0 {
-            let keys = self.keys_or_allocate();
-            // SAFETY: the key array has `len` slots and `i < len`; exclusive access to the slot
-            // as above.
-            unsafe { &*keys.add(i) }.with_mut(|p| {
-                // SAFETY: as above.
-                unsafe { (*p).write(meta.key) };
-            });
-        }
+        // The common case, an unkeyed stamp within range, in one compare (the subtraction wraps
+        // for stamps before the range, and is 0 only for a stamp exactly at its start).
+        let delta = meta.ts_and_flag.wrapping_sub(self.tzero);
+        let word = if delta.wrapping_sub(1) < Packed::WIDE - 1 {
+            delta
+        } else {
+            // SAFETY: the caller's contract, passed on.
+            unsafe { self.write_rare(i, meta) }
+        };
+        time_cell.with_mut(|p| {
+            let p = p.cast::<u8>();
+            // Two stores (4 and 2 bytes); written as a byte array, the compiler emits six.
+            // SAFETY: exclusive access as above; the cell is 6 bytes from `p`, and unaligned
+            // writes need no alignment.
+            unsafe {
+                p.cast::<u32>().write_unaligned((word as u32).to_le());
+                p.add(4)
+                    .cast::<u16>()
+                    .write_unaligned(((word >> 32) as u16).to_le());
+            }
+        });
     }
 
-    /// The key array, allocating it if this is the segment's first keyed publish. Two producers
-    /// racing here both allocate; one array wins and the other is freed at once.
+    /// The rest of [`Segment::write`] for a keyed record or a stamp outside the packed range:
+    /// writes the key and the full stamp where they go and returns the packed word (not 0).
+    ///
+    /// # Safety
+    /// As for [`Segment::write`].
     #[cold]
-    fn keys_or_allocate(&self) -> *const KeyCell {
-        // Acquire: pairs with the AcqRel exchange below, so another producer's array is seen
-        // fully allocated.
-        let current = self.keys.load(Ordering::Acquire);
-        if !current.is_null() {
-            return current;
+    #[inline(never)]
+    unsafe fn write_rare(&self, i: usize, meta: Meta) -> u64 {
+        let ts = meta.timestamp_nanos();
+        let mut word = Packed::delta(ts, self.tzero);
+        if word == Packed::WIDE {
+            // SAFETY: `i < len`, exclusive access to the slot (the caller's contract).
+            unsafe { Self::put_word(&self.wide, self.len(), i, ts) };
         }
-        let fresh: Box<[KeyCell]> = (0..self.len())
-            .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
-            .collect();
-        let fresh = Box::into_raw(fresh) as *mut KeyCell;
-        // AcqRel on success: publishes the allocation to later loads (Acquire); Acquire on failure:
-        // we use the winner's array, which must be seen allocated.
-        match self.keys.compare_exchange(
-            std::ptr::null_mut(),
-            fresh,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
-            Ok(_) => fresh,
-            Err(winner) => {
-                // SAFETY: `fresh` came from `Box::into_raw` of a slice of `len` cells just above
-                // and was never shared.
-                drop(unsafe {
-                    Box::from_raw(std::ptr::slice_from_raw_parts_mut(fresh, self.len()))
-                });
-                winner
-            }
+        if meta.ts_and_flag & Meta::HAS_KEY != 0 {
+            word |= Packed::HAS_KEY;
+            // SAFETY: as above.
+            unsafe { Self::put_word(&self.keys, self.len(), i, meta.key) };
         }
+        word
+    }
+
+    /// Writes `word` into slot `i` of the lazily allocated array behind `array`.
+    ///
+    /// # Safety
+    /// `i < len`, `len` is the segment's, and the caller has exclusive access to slot `i` (as in
+    /// [`Segment::write`]).
+    #[inline]
+    unsafe fn put_word(array: &AtomicPtr<WordCell>, len: usize, i: usize, word: u64) {
+        let cells = array_or_allocate(array, len);
+        // SAFETY: the array has `len` cells and `i < len`; exclusive access (the caller's contract).
+        unsafe { &*cells.add(i) }.with_mut(|p| {
+            // SAFETY: as above.
+            unsafe { (*p).write(word) };
+        });
     }
 
     /// Asks the CPU to start fetching, for writing, the cache line that holds the value of slot
@@ -290,19 +321,53 @@ impl<T> Segment<T> {
     #[inline]
     pub(crate) unsafe fn meta(&self, i: usize) -> Meta {
         // SAFETY: written before publication, never written again while published.
-        let ts_and_flag = self.times[i].with(|p| unsafe { *p });
-        let key = if ts_and_flag & Meta::HAS_KEY != 0 {
-            // Acquire: the slot's publication (which the caller observed with Acquire) already
-            // orders the array's allocation before us; Acquire keeps that reasoning local.
-            let keys = self.keys.load(Ordering::Acquire);
-            debug_assert!(!keys.is_null(), "HAS_KEY without a key array");
+        let word = self.times[i].with(|p| {
+            let p = p.cast::<u8>();
+            // SAFETY: as above; the cell is 6 bytes from `p`, read unaligned (see `write`).
+            let (low, high) = unsafe {
+                (
+                    u32::from_le(p.cast::<u32>().read_unaligned()),
+                    u16::from_le(p.add(4).cast::<u16>().read_unaligned()),
+                )
+            };
+            u64::from(low) | u64::from(high) << 32
+        });
+        let ts = match word & Packed::DELTA {
+            0 => 0,
+            // SAFETY: the word says the wide array holds this slot's timestamp, written (after
+            // allocating the array) before the word; `i < len` as for the word.
+            Packed::WIDE => unsafe { Self::get_word(&self.wide, i) },
+            delta => Packed::timestamp(delta, self.tzero),
+        };
+        if word & Packed::HAS_KEY != 0 {
             // SAFETY: HAS_KEY is set only after the key was written, so the array exists and the
             // word is initialized; `i < len` (the caller's contract: a published slot).
-            unsafe { &*keys.add(i) }.with(|p| unsafe { (*p).assume_init() })
+            let key = unsafe { Self::get_word(&self.keys, i) };
+            Meta {
+                ts_and_flag: ts | Meta::HAS_KEY,
+                key,
+            }
         } else {
-            0
-        };
-        Meta { ts_and_flag, key }
+            Meta {
+                ts_and_flag: ts,
+                key: 0,
+            }
+        }
+    }
+
+    /// Slot `i` of the lazily allocated array behind `array`.
+    ///
+    /// # Safety
+    /// The array exists and slot `i` was written before the slot's publication, which the caller
+    /// observed with Acquire; `i < len`.
+    #[inline]
+    unsafe fn get_word(array: &AtomicPtr<WordCell>, i: usize) -> u64 {
+        // Acquire: the slot's publication (which the caller observed with Acquire) already
+        // orders the array's allocation before us; Acquire keeps that reasoning local.
+        let cells = array.load(Ordering::Acquire);
+        debug_assert!(!cells.is_null(), "packed word points to a missing array");
+        // SAFETY: the caller's contract.
+        unsafe { &*cells.add(i) }.with(|p| unsafe { (*p).assume_init() })
     }
 
     /// Takes one more reference.
@@ -373,13 +438,87 @@ impl<T> Drop for Segment<T> {
         // Values are dropped in `release`; a segment dropped any other way (straight from the pool)
         // holds no values: pooled segments were emptied, and `filled`/stamps say so.
         self.drop_values();
-        // Relaxed: `&mut self`, nobody else can reach the segment.
-        let keys = self.keys.load(Ordering::Relaxed);
-        if !keys.is_null() {
-            // SAFETY: allocated in `keys_or_allocate` as a boxed slice of `len` cells, and this is
-            // its only release.
-            drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(keys, self.len())) });
+        for array in [&self.keys, &self.wide] {
+            // Relaxed: `&mut self`, nobody else can reach the segment.
+            let cells = array.load(Ordering::Relaxed);
+            if !cells.is_null() {
+                // SAFETY: allocated in `array_or_allocate` as a boxed slice of `len` cells, and
+                // this is its only release.
+                drop(unsafe {
+                    Box::from_raw(std::ptr::slice_from_raw_parts_mut(cells, self.len()))
+                });
+            }
         }
+    }
+}
+
+/// The lazily allocated array behind `array` (`len` cells), allocating it on first use. Two
+/// producers racing here both allocate; one array wins and the other is freed at once.
+#[cold]
+fn array_or_allocate(array: &AtomicPtr<WordCell>, len: usize) -> *const WordCell {
+    // Acquire: pairs with the AcqRel exchange below, so another producer's array is seen
+    // fully allocated.
+    let current = array.load(Ordering::Acquire);
+    if !current.is_null() {
+        return current;
+    }
+    let fresh: Box<[WordCell]> = (0..len)
+        .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
+        .collect();
+    let fresh = Box::into_raw(fresh) as *mut WordCell;
+    // AcqRel on success: publishes the allocation to later loads (Acquire); Acquire on failure:
+    // we use the winner's array, which must be seen allocated.
+    match array.compare_exchange(
+        std::ptr::null_mut(),
+        fresh,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    ) {
+        Ok(_) => fresh,
+        Err(winner) => {
+            // SAFETY: `fresh` came from `Box::into_raw` of a slice of `len` cells just above
+            // and was never shared.
+            drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(fresh, len)) });
+            winner
+        }
+    }
+}
+
+/// The 48-bit time word of a slot: bit 47 is the key flag, bits 0..47 the timestamp.
+///
+/// The timestamp field holds `0` for "no timestamp" (a topic without them), [`Packed::WIDE`]
+/// for "in the wide array", and otherwise `ts - tzero` (`tzero`: the segment's install time less
+/// `BIAS`), which covers stamps from about 19.5 hours before the segment was installed to 19.5
+/// hours after: every stamp of a segment
+/// that fills within that time, which is every segment of a topic publishing more than one
+/// record a minute (at the default segment length). Stamps taken just before the segment was
+/// installed (a producer that read the clock, then waited) are covered by the bias.
+struct Packed;
+
+impl Packed {
+    const HAS_KEY: u64 = 1 << 47;
+    const DELTA: u64 = Self::HAS_KEY - 1;
+    const WIDE: u64 = Self::DELTA;
+    const BIAS: u64 = 1 << 46;
+
+    /// The timestamp field for `ts` in a segment whose range starts at `tzero`.
+    fn delta(ts: u64, tzero: u64) -> u64 {
+        if ts == 0 {
+            return 0;
+        }
+        // Wrapping: a stamp before `tzero` wraps to a huge value, which is out of range.
+        let d = ts.wrapping_sub(tzero);
+        if d != 0 && d < Self::WIDE {
+            d
+        } else {
+            Self::WIDE
+        }
+    }
+
+    /// The timestamp a field from [`Packed::delta`] (neither 0 nor `WIDE`) stands for.
+    #[inline]
+    fn timestamp(delta: u64, tzero: u64) -> u64 {
+        delta.wrapping_add(tzero)
     }
 }
 
@@ -387,9 +526,10 @@ impl<T> Drop for Segment<T> {
 pub(crate) struct Pool<T> {
     size: usize,
     stamped: bool,
-    /// The log keeps no timestamps: a reused segment's time words must read 0 again (see
-    /// `Segment::write`), so they are cleared when the segment ever held a keyed record.
-    clear_times: bool,
+    /// Whether the log keeps timestamps. If so, a segment's base time is set when it is taken;
+    /// if not, a reused segment's time words must read 0 again (see `Segment::write`), so they
+    /// are cleared when the segment ever held a keyed record.
+    timestamps: bool,
     keep: usize,
     // Boxed on purpose: segments are handed out as raw pointers (`Box::into_raw`) and must not move.
     #[allow(clippy::vec_box)]
@@ -397,11 +537,11 @@ pub(crate) struct Pool<T> {
 }
 
 impl<T> Pool<T> {
-    pub(crate) fn new(size: usize, stamped: bool, clear_times: bool, keep: usize) -> Arc<Self> {
+    pub(crate) fn new(size: usize, stamped: bool, timestamps: bool, keep: usize) -> Arc<Self> {
         Arc::new(Pool {
             size,
             stamped,
-            clear_times,
+            timestamps,
             keep,
             spare: Mutex::new(Vec::new()),
         })
@@ -413,10 +553,10 @@ impl<T> Pool<T> {
         let mut seg = match spare {
             Some(seg) => {
                 // Relaxed: the segment is ours alone (it came out of the pool).
-                if this.clear_times && !seg.keys.load(Ordering::Relaxed).is_null() {
+                if !this.timestamps && !seg.keys.load(Ordering::Relaxed).is_null() {
                     for cell in seg.times.iter() {
                         // SAFETY: exclusive access to a pooled segment.
-                        cell.with_mut(|p| unsafe { *p = 0 });
+                        cell.with_mut(|p| unsafe { *p = [0; 6] });
                     }
                 }
                 seg
@@ -424,6 +564,12 @@ impl<T> Pool<T> {
             None => Segment::allocate(this.size, this.stamped),
         };
         seg.base = base;
+        // On a timestamped log every slot's word is rewritten relative to this (never 0).
+        seg.tzero = if this.timestamps {
+            clock::now_nanos().wrapping_sub(Packed::BIAS)
+        } else {
+            0
+        };
         // Relaxed: the segment is not shared yet; installing it publishes these with Release.
         seg.refs.store(1, Ordering::Relaxed);
         seg.filled.store(0, Ordering::Relaxed);
@@ -478,5 +624,92 @@ impl<T> Drop for SegRef<T> {
     fn drop(&mut self) {
         // SAFETY: we own exactly one reference and never touch the segment again.
         unsafe { Segment::release(self.ptr) }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    const HOUR: u64 = 3_600_000_000_000;
+
+    /// Writes `metas` into slots 0.. of a segment whose base time is `tbase`, releases it into
+    /// its pool, and returns what was read back before the release.
+    fn round_trip(pool: &Arc<Pool<u64>>, tbase: Option<u64>, metas: &[Meta]) -> Vec<Meta> {
+        let ptr = Pool::take(pool, 0);
+        // SAFETY: freshly taken, so ours alone until released below.
+        let seg = unsafe { &mut *ptr };
+        if let Some(t) = tbase {
+            seg.tzero = t.wrapping_sub(Packed::BIAS);
+        }
+        let read = metas
+            .iter()
+            .enumerate()
+            .map(|(i, &m)| {
+                // SAFETY: `i` is inside the segment, written once, read on this thread after.
+                unsafe { seg.write(i, i as u64, m) };
+                // SAFETY: as above.
+                unsafe { seg.meta(i) }
+            })
+            .collect();
+        seg.set_filled(metas.len());
+        // SAFETY: we own the one reference `take` handed out.
+        unsafe { Segment::release(ptr) };
+        read
+    }
+
+    fn same(a: &[Meta], b: &[Meta]) -> bool {
+        a.len() == b.len()
+            && a.iter()
+                .zip(b)
+                .all(|(x, y)| x.timestamp_nanos() == y.timestamp_nanos() && x.key() == y.key())
+    }
+
+    #[test]
+    fn packed_times_round_trip_near_and_far_from_the_base() {
+        let pool = Pool::<u64>::new(16, false, true, 1);
+        let base = 1_800_000_000_000_000_000; // 2027
+        let metas = [
+            Meta::new(base, None),
+            Meta::new(base + 1, Some(7)),
+            Meta::new(base - 1, None),
+            Meta::new(base + 19 * HOUR, Some(u64::MAX)),
+            Meta::new(base - 19 * HOUR, None),
+            // Outside the packed range: the wide array.
+            Meta::new(base + 20 * HOUR, None),
+            Meta::new(base - 20 * HOUR, Some(0)),
+            Meta::new(1, None),
+            Meta::new(1 << 62, Some(3)),
+        ];
+        let read = round_trip(&pool, Some(base), &metas);
+        assert!(same(&read, &metas), "{read:?} != {metas:?}");
+        // Reused from the pool with another base: every word is rewritten.
+        let moved: Vec<Meta> = metas
+            .iter()
+            .map(|m| Meta::new(m.timestamp_nanos() + 40 * HOUR, m.key()))
+            .collect();
+        assert_eq!(pool.spare(), 1);
+        let read = round_trip(&pool, Some(base + 40 * HOUR), &moved);
+        assert!(same(&read, &moved), "{read:?} != {moved:?}");
+        // A base near zero (the wrapping arithmetic).
+        let read = round_trip(&pool, Some(5), &metas);
+        assert!(same(&read, &metas), "{read:?} != {metas:?}");
+    }
+
+    #[test]
+    fn topics_without_timestamps_read_zero_and_keep_keys() {
+        let pool = Pool::<u64>::new(8, true, false, 1);
+        let metas = [
+            Meta::new(0, None),
+            Meta::new(0, Some(42)),
+            Meta::new(0, None),
+        ];
+        let read = round_trip(&pool, None, &metas);
+        assert!(same(&read, &metas), "{read:?} != {metas:?}");
+        // The reused segment forgets the key flag of slot 1.
+        let read = round_trip(&pool, None, &[Meta::new(0, None); 3]);
+        assert!(read
+            .iter()
+            .all(|m| m.key().is_none() && m.timestamp_nanos() == 0));
     }
 }
