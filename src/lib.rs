@@ -201,8 +201,8 @@ mod wait;
 
 pub use broker::{Broker, MAX_NAME_LEN};
 pub use config::{
-    Overflow, Producers, SizeFn, TopicConfig, WaitStrategy, DEFAULT_SEGMENT_SIZE, MAX_PARTITIONS,
-    MAX_SEGMENT_SIZE,
+    Overflow, Producers, SizeFn, TopicConfig, WaitStrategy, DEFAULT_SEGMENT_SIZE,
+    MAX_DEFAULT_SEGMENT_SIZE, MAX_PARTITIONS, MAX_SEGMENT_SIZE,
 };
 pub use consumer::{Consumer, Reset};
 pub use error::{Error, PublishError, ReadError};

@@ -498,3 +498,49 @@ fn room_counts_from_a_reader_that_seeked_back() {
         assert_eq!(*r.try_next().unwrap(), want);
     }
 }
+
+#[test]
+fn bounded_topics_get_segments_a_quarter_of_their_retention() {
+    // The default segment follows `max_records` (a quarter, 1 Ki to 16 Ki slots), which shows in
+    // how retention trims: one whole segment at a time.
+    let cases = [
+        (None, 1 << 16, 1 << 14),
+        (None, 40_000, 1 << 13), // 10,000 rounded down to a power of two
+        (None, 100, logbus::DEFAULT_SEGMENT_SIZE as u64),
+        (None, 1 << 18, logbus::MAX_DEFAULT_SEGMENT_SIZE as u64),
+        (Some(64), 1 << 16, 64), // a segment size set explicitly wins
+    ];
+    for (explicit, max, segment) in cases {
+        let mut config = TopicConfig::default().single_producer().max_records(max);
+        if let Some(s) = explicit {
+            config = config.segment_size(s);
+        }
+        let t = Topic::<u64>::new("seg", config).unwrap();
+        let mut p = t.producer().unwrap();
+        let total = max + 3 * segment + 5;
+        let mut starts = vec![0];
+        for i in 0..total {
+            p.publish(i).unwrap();
+            // Looked at more often than trims happen (every 32 records, segments are >= 64).
+            if i % 32 == 0 || i == total - 1 {
+                let start = t.stats().partitions[0].start;
+                if start != *starts.last().unwrap() {
+                    starts.push(start);
+                }
+            }
+        }
+        assert!(starts.len() >= 3, "max {max}: trims at {starts:?}");
+        for step in starts.windows(2) {
+            assert_eq!(step[1] - step[0], segment, "max {max}: trims at {starts:?}");
+        }
+        let s = &t.stats().partitions[0];
+        assert_eq!(s.end, total);
+        assert!(
+            s.retained >= max && s.retained < max + 2 * segment,
+            "max {max}: retained {}",
+            s.retained
+        );
+        let mut r = t.reader(0, Start::Earliest).unwrap();
+        assert_eq!(r.try_next().unwrap().offset(), s.start);
+    }
+}

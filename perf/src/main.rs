@@ -701,6 +701,8 @@ struct Options {
     what: String,
     /// Throughput rows only for contenders whose name contains one of these (comma-separated).
     only: Option<String>,
+    /// Throughput fan-outs only with this many subscribers (`--subs N`).
+    subs: Option<usize>,
 }
 
 /// The ring, channel or retention size every bounded contender gets.
@@ -741,7 +743,9 @@ fn tput<B: Bus>(
         return None;
     }
     if let Some(only) = &o.only {
-        if !only.split(',').any(|w| bus.name().contains(w)) {
+        // Names contain commas, so `;` separates when present (`--only "single producer, ring-like;Sleep"`).
+        let sep = if only.contains(';') { ';' } else { ',' };
+        if !only.split(sep).any(|w| bus.name().contains(w)) {
             return None;
         }
     }
@@ -1070,6 +1074,7 @@ fn main() {
         idle: Duration::from_secs(2),
         what: "all".into(),
         only: None,
+        subs: None,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
@@ -1095,6 +1100,10 @@ fn main() {
             "--only" => {
                 i += 1;
                 o.only = args.get(i).cloned();
+            }
+            "--subs" => {
+                i += 1;
+                o.subs = Some(num(i).expect("--subs N") as usize);
             }
             "--samples" => {
                 i += 1;
@@ -1144,6 +1153,9 @@ fn main() {
             continue;
         }
         for (producers, subs) in [(1usize, 1usize), (1, 2), (1, 4), (2, 2)] {
+            if o.subs.is_some_and(|n| n != subs) {
+                continue;
+            }
             let floor = floor_now(&pins);
             let mut rows: Vec<(&'static str, bool, Vec<f64>)> = Vec::new();
             for run in 0..o.runs {

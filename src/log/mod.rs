@@ -243,7 +243,7 @@ unsafe impl<T: Send + Sync> Send for Retired<T> {}
 impl<T: Send + Sync + 'static> Log<T> {
     pub(crate) fn new(config: &TopicConfig<T>) -> Self {
         init_barriers();
-        let size = config.segment_size;
+        let size = config.segment_len();
         let shift = size.trailing_zeros();
         let single = config.producers == crate::config::Producers::Single;
         let log = Log {
