@@ -489,10 +489,11 @@ fn array_or_allocate(array: &AtomicPtr<WordCell>, len: usize) -> *const WordCell
 /// The timestamp field holds `0` for "no timestamp" (a topic without them), [`Packed::WIDE`]
 /// for "in the wide array", and otherwise `ts - tzero` (`tzero`: the segment's install time less
 /// `BIAS`), which covers stamps from about 19.5 hours before the segment was installed to 19.5
-/// hours after: every stamp of a segment
-/// that fills within that time, which is every segment of a topic publishing more than one
-/// record a minute (at the default segment length). Stamps taken just before the segment was
-/// installed (a producer that read the clock, then waited) are covered by the bias.
+/// hours after. A segment is installed when the one before it starts filling, so every stamp
+/// fits when two segments' worth of records take less than that: at 1 Ki slots, a topic
+/// publishing a record every 30 s or more often; at 16 Ki, one every 2 s. Stamps taken just
+/// before the segment was installed (a producer that read the clock, then waited) are covered by
+/// the bias. Slower topics put the stamps that do not fit in the wide array (8 bytes more each).
 struct Packed;
 
 impl Packed {
