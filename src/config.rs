@@ -203,7 +203,7 @@ impl<T> PartialEq for TopicConfig<T> {
             _ => false,
         };
         self.partitions == other.partitions
-            && self.segment_size == other.segment_size
+            && self.segment_len() == other.segment_len()
             && self.producers == other.producers
             && self.max_records == other.max_records
             && bytes_eq

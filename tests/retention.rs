@@ -510,6 +510,21 @@ fn bounded_topics_get_segments_a_quarter_of_their_retention() {
         (None, 1 << 18, logbus::MAX_DEFAULT_SEGMENT_SIZE as u64),
         (Some(64), 1 << 16, 64), // a segment size set explicitly wins
     ];
+    // Configs compare by the segment length they give, set or derived (a broker re-opening a
+    // topic by name accepts either spelling).
+    let derived = TopicConfig::<u64>::default().max_records(1 << 16);
+    assert!(
+        derived
+            == TopicConfig::default()
+                .max_records(1 << 16)
+                .segment_size(1 << 14)
+    );
+    assert!(
+        derived
+            != TopicConfig::default()
+                .max_records(1 << 16)
+                .segment_size(1 << 10)
+    );
     for (explicit, max, segment) in cases {
         let mut config = TopicConfig::default().single_producer().max_records(max);
         if let Some(s) = explicit {
