@@ -525,6 +525,16 @@ fn bounded_topics_get_segments_a_quarter_of_their_retention() {
                 .max_records(1 << 16)
                 .segment_size(1 << 10)
     );
+    let broker = logbus::Broker::new();
+    broker.topic("reopened", derived).unwrap();
+    broker
+        .topic(
+            "reopened",
+            TopicConfig::<u64>::default()
+                .max_records(1 << 16)
+                .segment_size(1 << 14),
+        )
+        .unwrap();
     for (explicit, max, segment) in cases {
         let mut config = TopicConfig::default().single_producer().max_records(max);
         if let Some(s) = explicit {
