@@ -196,8 +196,11 @@ pub(crate) struct Log<T> {
     installed: AtomicU64,
     /// After close: one past the last published offset.
     final_end: AtomicU64,
-    /// A lower bound of the slowest reader's position (Block/Reject), refreshed when room runs out.
-    min_read: AtomicU64,
+    /// The room last seen (Block/Reject): a lower bound of the slowest reader's position plus
+    /// `max_records`, i.e. offsets below it fit; refreshed from the cursors when it runs out.
+    /// `u64::MAX` when publishes never wait for readers. Kept as one word so the short paths
+    /// check room with one load and one compare.
+    room_end: AtomicU64,
     /// Bytes retained (byte retention only).
     total_bytes: AtomicU64,
     /// Futex wake calls issued for parked readers (a statistic; only the cold wake path counts).
@@ -256,7 +259,10 @@ impl<T: Send + Sync + 'static> Log<T> {
             start: CachePadded::new(AtomicU64::new(0)),
             installed: AtomicU64::new(0),
             final_end: AtomicU64::new(0),
-            min_read: AtomicU64::new(0),
+            room_end: AtomicU64::new(match config.max_records {
+                Some(cap) if config.overflow != Overflow::DropOldest => cap,
+                _ => u64::MAX,
+            }),
             total_bytes: AtomicU64::new(0),
             wakeups: AtomicU64::new(0),
             writer_claimed: AtomicBool::new(false),
@@ -555,17 +561,27 @@ impl<T: Send + Sync + 'static> Log<T> {
         }));
         let _admin = lock(&self.admin);
         self.replace_readers(|list| list.push(Arc::clone(&cursor)));
-        // Relaxed: a hint; the next room check recomputes from the cursors.
-        self.min_read.store(0, Ordering::Relaxed);
+        self.set_room_from(0);
         cursor
     }
 
     /// A reader moved back (seek, rollback): the room publishers remember under `Block`/`Reject`
     /// was counted from where it was, so it is forgotten, as when a reader registers.
     pub(crate) fn reader_moved_back(&self) {
-        // Relaxed: a hint; the next room check recomputes from the cursors (the reader's new
-        // position was stored with Release just before).
-        self.min_read.store(0, Ordering::Relaxed);
+        // The reader's new position was stored with Release just before; the next room check
+        // that runs out recomputes from the cursors.
+        self.set_room_from(0);
+    }
+
+    /// Remembers the room as counted from `min_read`, a lower bound of the slowest reader.
+    fn set_room_from(&self, min_read: u64) {
+        let end = match self.room_cap {
+            Some(cap) => min_read.saturating_add(cap),
+            None => u64::MAX,
+        };
+        // Relaxed: a hint; every short path that trusts it is bounded by it, and the long path
+        // recomputes from the cursors when it says no.
+        self.room_end.store(end, Ordering::Relaxed);
     }
 
     pub(crate) fn deregister(&self, cursor: &CursorRef) {
@@ -748,21 +764,20 @@ impl<T: Send + Sync + 'static> Log<T> {
         let Some(cap) = self.max_records else {
             return true;
         };
-        // Relaxed: a lower bound only; refreshed from the cursors below when it says no.
-        let cached = self.min_read.load(Ordering::Relaxed);
-        if end + n <= cached.saturating_add(cap) {
+        // Relaxed: a bound from a lower bound only; refreshed from the cursors below when it
+        // says no.
+        if end + n <= self.room_end.load(Ordering::Relaxed) {
             return true;
         }
         match self.slowest_reader() {
             None => {
-                // Relaxed: a hint, as below. With no reader attached the room is all ahead of us
-                // (a reader that registers resets the hint).
-                self.min_read.store(end, Ordering::Relaxed);
+                // With no reader attached the room is all ahead of us (a reader that registers
+                // resets it).
+                self.set_room_from(end);
                 true
             }
             Some(min) => {
-                // Relaxed: only a hint for the next check (see the load above).
-                self.min_read.store(min, Ordering::Relaxed);
+                self.set_room_from(min);
                 end + n <= min.saturating_add(cap)
             }
         }
@@ -1009,11 +1024,9 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// under `DropOldest`). `false` only sends the publish down the long path, which re-checks.
     #[inline(always)]
     fn room_cached(&self, offset: u64) -> bool {
-        match self.room_cap {
-            None => true,
-            // Relaxed: a lower bound only, as in `has_room`.
-            Some(cap) => offset < self.min_read.load(Ordering::Relaxed).saturating_add(cap),
-        }
+        // Relaxed: a bound from a lower bound only, as in `has_room` (`u64::MAX` when there is
+        // no room to keep: `DropOldest` or no `max_records`).
+        offset < self.room_end.load(Ordering::Relaxed)
     }
 
     /// Publishes one record; under `Block`, fails with `Full` instead of waiting (async publishers
