@@ -249,6 +249,9 @@ impl<T: Send + Sync + 'static> Log<T> {
         let size = config.segment_len();
         let shift = size.trailing_zeros();
         let single = config.producers == crate::config::Producers::Single;
+        let room_cap = config
+            .max_records
+            .filter(|_| config.overflow != Overflow::DropOldest);
         let log = Log {
             shift,
             mask: size as u64 - 1,
@@ -259,10 +262,8 @@ impl<T: Send + Sync + 'static> Log<T> {
             start: CachePadded::new(AtomicU64::new(0)),
             installed: AtomicU64::new(0),
             final_end: AtomicU64::new(0),
-            room_end: AtomicU64::new(match config.max_records {
-                Some(cap) if config.overflow != Overflow::DropOldest => cap,
-                _ => u64::MAX,
-            }),
+            // The room counted from a reader at 0 (see `set_room_from`).
+            room_end: AtomicU64::new(room_cap.unwrap_or(u64::MAX)),
             total_bytes: AtomicU64::new(0),
             wakeups: AtomicU64::new(0),
             writer_claimed: AtomicBool::new(false),
@@ -284,9 +285,7 @@ impl<T: Send + Sync + 'static> Log<T> {
             overflow: config.overflow,
             timestamps: config.timestamps,
             fast: config.max_bytes.is_none(),
-            room_cap: config
-                .max_records
-                .filter(|_| config.overflow != Overflow::DropOldest),
+            room_cap,
             wait: config.wait,
         };
         log.prepare(0);
@@ -761,7 +760,7 @@ impl<T: Send + Sync + 'static> Log<T> {
 
     /// Whether `n` more records fit before the slowest reader under Block/Reject.
     fn has_room(&self, end: u64, n: u64) -> bool {
-        let Some(cap) = self.max_records else {
+        let Some(cap) = self.room_cap else {
             return true;
         };
         // Relaxed: a bound from a lower bound only; refreshed from the cursors below when it
