@@ -110,7 +110,7 @@ pub(crate) struct Segment<T> {
     /// it stays with the segment, through the pool, until the segment is freed.
     keys: AtomicPtr<WordCell>,
     /// Full timestamps of the slots whose packed word says `WIDE` (stamped more than ~19 hours
-    /// from the segment's install: one that stays open that long). Allocated on first need, like `keys`.
+    /// from the segment's install). Allocated on first need, like `keys`.
     wide: AtomicPtr<WordCell>,
     /// `offset + 1` once published (multi-producer logs); empty on single-producer logs.
     stamps: Box<[AtomicU64]>,
@@ -205,10 +205,10 @@ impl<T> Segment<T> {
         if meta.ts_and_flag == 0 {
             return;
         }
-        // The common case, an unkeyed stamp within range, in one compare (the subtraction wraps
-        // for stamps before the range, and is 0 only for a stamp exactly at its start).
+        // The common case, an unkeyed stamp within range, in one compare (a keyed record's flag
+        // bit, like a stamp out of range, puts `delta` out of range).
         let delta = meta.ts_and_flag.wrapping_sub(self.tzero);
-        let word = if delta.wrapping_sub(1) < Packed::WIDE - 1 {
+        let word = if Packed::in_range(delta) {
             delta
         } else {
             // SAFETY: the caller's contract, passed on.
@@ -266,9 +266,9 @@ impl<T> Segment<T> {
     }
 
     /// Asks the CPU to start fetching, for writing, the cache line that holds the value of slot
-    /// `i + ahead`, where `ahead` is about 8 cache lines. Called by the single producer when it
-    /// starts a new line, so the lines it is about to write (last read by the readers a whole
-    /// retention window ago) are on their way before the stores need them. A hint only: no
+    /// `i + ahead`, where `ahead` is about 8 cache lines. Called by producers when they start a
+    /// new line, so the lines they are about to write (last read by the readers a whole retention
+    /// window ago) are on their way before the stores need them. A hint only: no
     /// effect outside x86-64, under loom, or past the segment's end.
     #[inline(always)]
     pub(crate) fn prefetch_ahead(&self, i: usize) {
@@ -509,11 +509,18 @@ impl Packed {
         }
         // Wrapping: a stamp before `tzero` wraps to a huge value, which is out of range.
         let d = ts.wrapping_sub(tzero);
-        if d != 0 && d < Self::WIDE {
+        if Self::in_range(d) {
             d
         } else {
             Self::WIDE
         }
+    }
+
+    /// Whether `d` (a stamp less `tzero`) can stand in the field: neither 0 nor `WIDE` or more,
+    /// in one compare.
+    #[inline(always)]
+    fn in_range(d: u64) -> bool {
+        d.wrapping_sub(1) < Self::WIDE - 1
     }
 
     /// The timestamp a field from [`Packed::delta`] (neither 0 nor `WIDE`) stands for.
