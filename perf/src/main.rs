@@ -730,6 +730,16 @@ fn order_sink(producers: usize, expected: u64, done: Arc<Mutex<Vec<Instant>>>) -
     }
 }
 
+/// A topic with `config` after `n` u64 records were published to it (its producer dropped).
+fn filled(config: TopicConfig<u64>, n: u64) -> Topic<u64> {
+    let t = Topic::<u64>::new("mem", config).unwrap();
+    let mut p = t.producer().unwrap();
+    for i in 0..n {
+        p.publish(i).unwrap();
+    }
+    t
+}
+
 /// Throughput: messages per second of the slowest subscriber, in millions.
 fn tput<B: Bus>(
     bus: &B,
@@ -1289,29 +1299,18 @@ fn main() {
         let n = o.records;
         // Retention first, in a fresh heap: what a long-running bounded topic costs.
         let before = rss_bytes();
-        let t = Topic::<u64>::new(
-            "mem-bounded",
+        let t = filled(
             TopicConfig::default()
                 .single_producer()
                 .max_records(1 << 16),
-        )
-        .unwrap();
-        let mut p = t.producer().unwrap();
-        for i in 0..n {
-            p.publish(i).unwrap();
-        }
+            n,
+        );
         let bounded = rss_bytes().saturating_sub(before);
-        drop(p);
         drop(t);
         // Then an unbounded topic (timestamps on, no keys): bytes per retained record.
         let before = rss_bytes();
-        let t = Topic::<u64>::new("mem", TopicConfig::default().single_producer()).unwrap();
-        let mut p = t.producer().unwrap();
-        for i in 0..n {
-            p.publish(i).unwrap();
-        }
+        let t = filled(TopicConfig::default().single_producer(), n);
         let grown = rss_bytes().saturating_sub(before);
-        drop(p);
         drop(t);
         let after_drop = rss_bytes().saturating_sub(before);
         // glibc keeps freed heap pages mapped until asked: trimming shows they were freed.
