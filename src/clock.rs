@@ -69,9 +69,44 @@ mod tsc {
         horizon: u64,
     }
 
+    /// A thread's anchor, one cell per field: a read loads just the fields it uses, straight
+    /// from thread-local storage. (One `Cell<Anchor>` was copied whole to the stack on every read,
+    /// two 16-byte stores then 8-byte loads from them, which a store buffer does not always
+    /// forward.)
+    struct AnchorCell {
+        tsc: Cell<u64>,
+        nanos: Cell<u64>,
+        rate_q32: Cell<u64>,
+        horizon: Cell<u64>,
+    }
+
+    impl AnchorCell {
+        fn get(&self) -> Anchor {
+            Anchor {
+                tsc: self.tsc.get(),
+                nanos: self.nanos.get(),
+                rate_q32: self.rate_q32.get(),
+                horizon: self.horizon.get(),
+            }
+        }
+
+        fn set(&self, a: Anchor) {
+            self.tsc.set(a.tsc);
+            self.nanos.set(a.nanos);
+            self.rate_q32.set(a.rate_q32);
+            self.horizon.set(a.horizon);
+        }
+    }
+
     thread_local! {
-        static ANCHOR: Cell<Anchor> =
-            const { Cell::new(Anchor { tsc: 0, nanos: 0, rate_q32: 0, horizon: 0 }) };
+        static ANCHOR: AnchorCell = const {
+            AnchorCell {
+                tsc: Cell::new(0),
+                nanos: Cell::new(0),
+                rate_q32: Cell::new(0),
+                horizon: Cell::new(0),
+            }
+        };
     }
 
     /// The calibrated rate shared by all threads (set once by the first thread to calibrate).
@@ -98,18 +133,19 @@ mod tsc {
     pub(super) fn now() -> Option<u64> {
         let tsc = rdtsc();
         ANCHOR.with(|cell| {
-            let a = cell.get();
-            let dt = tsc.wrapping_sub(a.tsc);
-            if a.rate_q32 != 0 && dt < a.horizon {
-                Some(a.nanos + ((u128::from(dt) * u128::from(a.rate_q32)) >> 32) as u64)
+            let dt = tsc.wrapping_sub(cell.tsc.get());
+            // `horizon` is 0 while uncalibrated, so this also checks the rate is set.
+            if dt < cell.horizon.get() {
+                let rate = cell.rate_q32.get();
+                Some(cell.nanos.get() + ((u128::from(dt) * u128::from(rate)) >> 32) as u64)
             } else {
-                reanchor(cell, a)
+                reanchor(cell, cell.get())
             }
         })
     }
 
     #[cold]
-    fn reanchor(cell: &Cell<Anchor>, old: Anchor) -> Option<u64> {
+    fn reanchor(cell: &AnchorCell, old: Anchor) -> Option<u64> {
         if !usable() {
             return None;
         }

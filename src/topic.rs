@@ -201,7 +201,9 @@ impl<T: Send + Sync + 'static> Topic<T> {
         key: Option<u64>,
         value: T,
     ) -> Result<Published, PublishError<T>> {
-        self.publish_with(partition, key, value, Log::publish)
+        self.publish_with(partition, key, value, |log, w, value, key, size| {
+            log.publish_measured(w, value, key, size, log.overflow())
+        })
     }
 
     /// Claims the partition's writer, publishes through `publish`, lets the writer go.
@@ -211,15 +213,16 @@ impl<T: Send + Sync + 'static> Topic<T> {
         partition: u32,
         key: Option<u64>,
         value: T,
-        publish: impl FnOnce(&Log<T>, &mut Writer<T>, T, Option<u64>, u64) -> PublishResult<T>,
+        publish: impl FnOnce(&Log<T>, &mut Writer<T>, T, Option<u64>, Option<u64>) -> PublishResult<T>,
     ) -> Result<Published, PublishError<T>> {
         let log = &self.inner.partitions[partition as usize];
+        // Measured before the writer is claimed: the size function is the application's code.
         let size = self.size_of(&value);
         let mut w = match log.claim_writer() {
             Ok(w) => w,
             Err(_) => return Err(PublishError::Busy(value)),
         };
-        let result = publish(log, &mut w, value, key, size);
+        let result = publish(log, &mut w, value, key, Some(size));
         log.release_writer(&mut w);
         result.map(|offset| Published { partition, offset })
     }
@@ -533,12 +536,10 @@ impl<T: Send + Sync + 'static> Producer<T> {
         key: Option<u64>,
         value: T,
     ) -> Result<Published, PublishError<T>> {
-        let size = match &self.size_of {
-            Some(f) => f(&value) as u64,
-            None => 0,
-        };
         let (log, w) = &mut *self.parts[partition as usize];
-        log.publish(w, value, key, size)
+        // No size: the log's long path measures the record when byte retention needs it (the
+        // producer holds no claim it could leak if the size function panics).
+        log.publish(w, value, key)
             .map(|offset| Published { partition, offset })
     }
 

@@ -187,3 +187,97 @@ fn debug_output_never_prints_payloads() {
     }
     assert!(shown.contains("offset: 0"), "{shown}");
 }
+
+/// A producer already writing inside a segment (its short path) is refused once the topic is
+/// closed, for every kind of topic, and a reader moving back after the close (which makes a
+/// bounded topic recount its room) does not let the short path in again.
+#[test]
+fn a_warm_producer_is_refused_after_close() {
+    let configs = [
+        TopicConfig::default().single_producer().timestamps(false),
+        TopicConfig::default().single_producer(),
+        TopicConfig::default()
+            .single_producer()
+            .max_records(64)
+            .overflow(Overflow::Block)
+            .timestamps(false),
+        TopicConfig::default()
+            .single_producer()
+            .max_records(64)
+            .overflow(Overflow::Reject),
+        TopicConfig::default(),
+        TopicConfig::default()
+            .max_records(64)
+            .overflow(Overflow::Block)
+            .timestamps(false),
+    ];
+    for (k, config) in configs.into_iter().enumerate() {
+        let t = Topic::<u64>::new("warm", config).unwrap();
+        let mut reader = t.reader(0, Start::Earliest).unwrap();
+        let mut p = t.producer().unwrap();
+        for i in 0..10 {
+            assert_eq!(p.publish(i).unwrap().offset, i, "config {k}");
+        }
+        for i in 0..5 {
+            assert_eq!(*reader.next().unwrap().value(), i, "config {k}");
+        }
+        t.close();
+        assert!(
+            matches!(p.publish(10), Err(PublishError::Closed(10))),
+            "config {k}: published after close"
+        );
+        reader.seek(Start::Earliest).unwrap();
+        let mut fresh = t.reader(0, Start::Earliest).unwrap();
+        assert!(
+            matches!(p.publish(11), Err(PublishError::Closed(11))),
+            "config {k}: published after a reader moved back on a closed topic"
+        );
+        // Exactly the ten records before the close, then `Closed`, for both readers.
+        for r in [&mut reader, &mut fresh] {
+            for i in 0..10 {
+                assert_eq!(*r.next().unwrap().value(), i, "config {k}");
+            }
+            assert_eq!(
+                r.next().unwrap_err(),
+                logbus::ReadError::Closed,
+                "config {k}"
+            );
+        }
+    }
+}
+
+/// A producer measures a record for byte retention once, before reserving it, and refuses one
+/// larger than the limit, handing it back (the size function runs on the producer's long path).
+#[test]
+fn a_producer_measures_each_record_once_for_byte_retention() {
+    use std::sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc,
+    };
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&calls);
+    let t = Topic::<Vec<u8>>::new(
+        "bytes",
+        TopicConfig::default()
+            .single_producer()
+            .segment_size(4)
+            .max_bytes(100, move |v: &Vec<u8>| {
+                counted.fetch_add(1, Ordering::Relaxed);
+                v.len()
+            }),
+    )
+    .unwrap();
+    let mut p = t.producer().unwrap();
+    for _ in 0..40 {
+        p.publish(vec![0u8; 10]).unwrap();
+    }
+    assert_eq!(calls.load(Ordering::Relaxed), 40);
+    let s = &t.stats().partitions[0];
+    assert_eq!(s.bytes, s.retained * 10, "every record counted once");
+    assert!(s.start > 0, "old segments trimmed");
+    match p.publish(vec![1u8; 101]) {
+        Err(PublishError::TooLarge(v)) => assert_eq!(v.len(), 101),
+        other => panic!("expected TooLarge, got {other:?}"),
+    }
+    assert_eq!(calls.load(Ordering::Relaxed), 41);
+}

@@ -196,10 +196,11 @@ pub(crate) struct Log<T> {
     installed: AtomicU64,
     /// After close: one past the last published offset.
     final_end: AtomicU64,
-    /// The room last seen (Block/Reject): a lower bound of the slowest reader's position plus
-    /// `max_records`, i.e. offsets below it fit; refreshed from the cursors when it runs out.
-    /// `u64::MAX` when publishes never wait for readers. Kept as one word so the short paths
-    /// check room with one load and one compare.
+    /// Offsets below it may take the short paths: the room last seen under Block/Reject (a lower
+    /// bound of the slowest reader's position plus `max_records`, refreshed from the cursors when
+    /// it runs out), `u64::MAX` when publishes never wait for readers, and 0 from `close` on
+    /// (never raised again). Open, it is at least 1 (`max_records` is). Kept as one word so a
+    /// single-producer short path checks room and close with one load and one compare.
     room_end: AtomicU64,
     /// Bytes retained (byte retention only).
     total_bytes: AtomicU64,
@@ -290,6 +291,11 @@ impl<T: Send + Sync + 'static> Log<T> {
         };
         log.prepare(0);
         log
+    }
+
+    /// The policy for a full log.
+    pub(crate) fn overflow(&self) -> Overflow {
+        self.overflow
     }
 
     /// log2 of the segment size: offset `o` is in segment `o >> segment_shift()`.
@@ -572,15 +578,21 @@ impl<T: Send + Sync + 'static> Log<T> {
         self.set_room_from(0);
     }
 
-    /// Remembers the room as counted from `min_read`, a lower bound of the slowest reader.
+    /// Remembers the room as counted from `min_read`, a lower bound of the slowest reader (unless
+    /// the log is closed: the 0 that `close` stored stays).
     fn set_room_from(&self, min_read: u64) {
         let end = match self.room_cap {
             Some(cap) => min_read.saturating_add(cap),
             None => u64::MAX,
         };
         // Relaxed: a hint; every short path that trusts it is bounded by it, and the long path
-        // recomputes from the cursors when it says no.
-        self.room_end.store(end, Ordering::Relaxed);
+        // recomputes from the cursors when it says no. A read-modify-write, so that it never
+        // overwrites `close`'s 0: RMWs on one word see each other in its modification order.
+        let _ = self
+            .room_end
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |now| {
+                (now != 0).then_some(end)
+            });
     }
 
     pub(crate) fn deregister(&self, cursor: &CursorRef) {
@@ -942,60 +954,184 @@ impl<T: Send + Sync + 'static> Log<T> {
 
     /// Publishes one record.
     ///
-    /// The short path (single producer, no byte retention) is what a `Producer` takes for all but
-    /// one record per segment: the offset is inside the writer's segment and, under `Block` or
-    /// `Reject`, below the room last seen (`min_read + max_records`, the same cached bound
-    /// `has_room` starts from). Then a publish is: one load of `state` for close, the write, the
-    /// watermark store and the parked check. Everything else (switching segments, retention,
-    /// waiting for room, refusals) is in the out-of-line [`Log::publish_with`].
+    /// The short paths (no byte retention) are what a `Producer` takes for all but a few records
+    /// per segment. Single producer: the offset is inside the writer's segment and below the room
+    /// last seen (`room_end`, which is also the close check); then a publish is the write, the
+    /// watermark store and the parked check. Many producers (`DropOldest`, or `Block` inside the
+    /// room last seen): the `fetch_add`, the write and the slot's stamp, and the parked check.
+    ///
+    /// The short paths of topics without time stamps are inlined into the caller. They make no
+    /// call and need no more than the caller-saved registers, so a caller that publishes from a
+    /// small function (an adapter, a benchmark's `send`) does not save and restore registers on
+    /// every publish. Reading the clock needs more registers, and inlining it made the compiler
+    /// do that for every kind of topic (single-thread publish through such a function, same
+    /// session: single producer ~200 -> ~345 M/s, many producers ~150 -> ~205 M/s without it),
+    /// so the short paths with time stamps are out of line in [`Log::publish_rest`], at the cost
+    /// of a call per publish there. Everything else (switching segments, retention, waiting for
+    /// room, refusals) is in [`Log::publish_with`].
+    ///
+    /// The record's size for byte retention is measured on the long path, before anything is
+    /// reserved (I6): the short paths never need it.
     #[inline(always)]
     pub(crate) fn publish(
         &self,
         w: &mut Writer<T>,
         value: T,
         key: Option<u64>,
-        size: u64,
     ) -> Result<u64, PublishError<T>> {
-        self.publish_under(w, value, key, size, self.overflow)
+        // The single-producer short path without time stamps, inline (a limit is only set for
+        // a single writer with no byte retention).
+        let offset = w.next;
+        if offset < w.limit && self.room_cached(offset) && !self.timestamps {
+            if let Some(seg) = w.seg.as_deref() {
+                // SAFETY: we are the single writer (`limit` is only non-zero for it), `offset`
+                // is its next offset, unpublished, and below `limit`, the end of `seg`, the
+                // segment `w` holds a reference to.
+                unsafe { self.write_single(seg, offset, value, Meta::new(0, key)) };
+                w.next = offset + 1;
+                return self.published(w, offset);
+            }
+        }
+        if !self.single && !self.timestamps {
+            return self.publish_multi_unstamped(w, value, key);
+        }
+        self.publish_rest(w, value, key)
     }
 
-    /// [`Log::publish`] under `policy` (the log's own, or `Reject` for an async publish to a
-    /// `Block` log: the short path only runs where there is room, so it serves both).
+    /// The many-producer short path of a topic without time stamps, inline: it too makes no
+    /// call (a reservation in another segment than the writer's goes out of line).
     #[inline(always)]
-    fn publish_under(
+    fn publish_multi_unstamped(
         &self,
         w: &mut Writer<T>,
         value: T,
         key: Option<u64>,
-        size: u64,
+    ) -> Result<u64, PublishError<T>> {
+        if self.fast && self.overflow != Overflow::Reject && self.room_cached_multi() {
+            // Relaxed: see Orderings (`tail`).
+            let offset = self.tail.fetch_add(1, Ordering::Relaxed);
+            if offset & TAIL_CLOSED != 0 {
+                return Err(PublishError::Closed(value));
+            }
+            let meta = Meta::new(0, key);
+            return match w.seg.as_deref() {
+                Some(seg) if seg.base() == offset & !self.mask => {
+                    // SAFETY: `offset` is reserved by us and unpublished, and `seg`, held by
+                    // `w`, is its segment (same base).
+                    unsafe { self.write_in(seg, offset, value, meta, 0) };
+                    self.published(w, offset)
+                }
+                _ => self.publish_reserved(w, offset, value, meta),
+            };
+        }
+        self.publish_rest(w, value, key)
+    }
+
+    /// A many-producer short path whose reservation is in another segment than the writer's:
+    /// switches segments (see [`Writer::segment`]), writes and publishes.
+    #[inline(never)]
+    fn publish_reserved(
+        &self,
+        w: &mut Writer<T>,
+        offset: u64,
+        value: T,
+        meta: Meta,
+    ) -> Result<u64, PublishError<T>> {
+        self.write(w, offset, value, meta, 0);
+        self.after_publish(w);
+        Ok(offset)
+    }
+
+    /// The rest of [`Log::publish`], out of line: the short paths that read the clock (which
+    /// needs more registers than the caller-saved ones: a function that uses more saves and
+    /// restores them on every call, short path or not) or reserve with `fetch_add`, and the long
+    /// path. Few arguments, so that all of them travel in registers.
+    #[inline(never)]
+    fn publish_rest(
+        &self,
+        w: &mut Writer<T>,
+        value: T,
+        key: Option<u64>,
+    ) -> Result<u64, PublishError<T>> {
+        self.publish_measured(w, value, key, None, self.overflow)
+    }
+
+    /// [`Log::publish`] with the record's `size` measured already (`None`: the long path measures
+    /// it) and under `policy` (the log's own, or `Reject` for an async publish to a `Block` log:
+    /// the short paths only run where there is room, so they serve both). For the topic's
+    /// convenience paths, which claim the writer per publish.
+    #[inline(always)]
+    pub(crate) fn publish_measured(
+        &self,
+        w: &mut Writer<T>,
+        value: T,
+        key: Option<u64>,
+        size: Option<u64>,
+        policy: Overflow,
+    ) -> Result<u64, PublishError<T>> {
+        if self.single {
+            self.publish_single(w, value, key, size, policy)
+        } else {
+            self.publish_multi(w, value, key, size, policy)
+        }
+    }
+
+    /// The single-producer short path (the offset is below the writer's limit, inside its
+    /// segment, and below the room last seen), with a time stamp when the topic keeps them; else
+    /// the long path.
+    #[inline(always)]
+    fn publish_single(
+        &self,
+        w: &mut Writer<T>,
+        value: T,
+        key: Option<u64>,
+        size: Option<u64>,
         policy: Overflow,
     ) -> Result<u64, PublishError<T>> {
         let offset = w.next;
+        // `room_cached` is also the close check: `close` sets the cached room to 0 (see `close`
+        // for the race this leaves on single-producer logs).
         if offset < w.limit && self.room_cached(offset) {
-            // Relaxed: the closed flag only; see `close` for the race this leaves on
-            // single-producer logs.
-            if self.state.load(Ordering::Relaxed) & CLOSED == 0 {
-                if let Some(seg) = w.seg.as_deref() {
-                    let meta = Meta::new(self.stamp(), key);
-                    let i = (offset & self.mask) as usize;
-                    seg.prefetch_ahead(i);
-                    // SAFETY: the slot index `offset & mask` is below the segment's `mask + 1`
-                    // slots; we are the single writer (`limit` is only non-zero for it), `offset`
-                    // is not published yet (the watermark is at most `offset`), and it is below
-                    // `limit`, the end of the segment `w` holds a reference to.
-                    unsafe { seg.write(i, value, meta) };
-                    w.next = offset + 1;
-                    // Release: publishes the slot (I2).
-                    self.watermark.store(offset + 1, Ordering::Release);
-                    self.after_publish(w);
-                    return Ok(offset);
-                }
+            if let Some(seg) = w.seg.as_deref() {
+                let stamp = self.stamp();
+                // SAFETY: we are the single writer (`limit` is only non-zero for it), `offset`
+                // is not published yet (the watermark is at most `offset`), and it is below
+                // `limit`, the end of `seg`, the segment `w` holds a reference to.
+                unsafe { self.write_single(seg, offset, value, Meta::new(stamp, key)) };
+                w.next = offset + 1;
+                return self.published(w, offset);
             }
-        } else if !self.single
-            && self.fast
-            && policy != Overflow::Reject
-            && self.room_cached_multi()
-        {
+        }
+        self.publish_with(w, value, key, size, policy)
+    }
+
+    /// Writes and publishes the single writer's next record (the caller moves `w.next` on).
+    ///
+    /// # Safety
+    /// `offset` is the single writer's `w.next`, below `w.limit`, and `seg` is `w`'s segment.
+    #[inline(always)]
+    unsafe fn write_single(&self, seg: &Segment<T>, offset: u64, value: T, meta: Meta) {
+        let i = (offset & self.mask) as usize;
+        seg.prefetch_ahead(i);
+        // SAFETY: `i = offset & mask` is below the segment's `mask + 1` slots; the slot is ours
+        // alone and unpublished (the caller's contract: the single writer's next offset).
+        unsafe { seg.write(i, value, meta) };
+        // Release: publishes the slot (I2).
+        self.watermark.store(offset + 1, Ordering::Release);
+    }
+
+    /// The many-producer short path (`DropOldest`, or `Block` inside the room last seen), else the
+    /// long path.
+    #[inline(always)]
+    fn publish_multi(
+        &self,
+        w: &mut Writer<T>,
+        value: T,
+        key: Option<u64>,
+        size: Option<u64>,
+        policy: Overflow,
+    ) -> Result<u64, PublishError<T>> {
+        if self.fast && policy != Overflow::Reject && self.room_cached_multi() {
             // `Reject` stays on the long path, which reserves with a compare-exchange so that it
             // never hands out an offset past the room.
             let meta = Meta::new(self.stamp(), key);
@@ -1004,12 +1140,33 @@ impl<T: Send + Sync + 'static> Log<T> {
             if offset & TAIL_CLOSED != 0 {
                 return Err(PublishError::Closed(value));
             }
-            // Nothing below runs user code until the record is published (I6).
-            self.write(w, offset, value, meta, size);
+            // Nothing below runs user code until the record is published (I6). No byte
+            // retention here (`fast`), so no size to count.
+            self.write(w, offset, value, meta, 0);
             self.after_publish(w);
             return Ok(offset);
         }
         self.publish_with(w, value, key, size, policy)
+    }
+
+    /// The end of a single-producer short path: [`Log::after_publish`], then `Ok(offset)` (the
+    /// rare case out of line, so the inline short path makes no call).
+    #[inline(always)]
+    fn published(&self, w: &Writer<T>, offset: u64) -> Result<u64, PublishError<T>> {
+        light_barrier();
+        // Acquire: see Orderings (`state`).
+        let s = self.state.load(Ordering::Acquire);
+        if s & (PARKED_MASK | CLOSED) != 0 {
+            return self.published_slow(w, s, offset);
+        }
+        Ok(offset)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn published_slow(&self, w: &Writer<T>, s: u64, offset: u64) -> Result<u64, PublishError<T>> {
+        self.after_publish_slow(w, s);
+        Ok(offset)
     }
 
     /// [`Log::room_cached`] for the next multi-producer reservation (always true under
@@ -1020,11 +1177,14 @@ impl<T: Send + Sync + 'static> Log<T> {
     }
 
     /// Whether a record at `offset` fits under `Block`/`Reject` by the cached bound alone (always
-    /// under `DropOldest`). `false` only sends the publish down the long path, which re-checks.
+    /// under `DropOldest`) and the log was open when last looked at. `false` only sends the
+    /// publish down the long path, which re-checks both.
     #[inline(always)]
     fn room_cached(&self, offset: u64) -> bool {
         // Relaxed: a bound from a lower bound only, as in `has_room` (`u64::MAX` when there is
-        // no room to keep: `DropOldest` or no `max_records`).
+        // no room to keep: `DropOldest` or no `max_records`); as a close flag it is as good as
+        // the Relaxed load of `state` it replaces: a publish ordered after `close` (same thread,
+        // or through any synchronization) reads the 0 or a later value, and none is non-zero.
         offset < self.room_end.load(Ordering::Relaxed)
     }
 
@@ -1036,13 +1196,13 @@ impl<T: Send + Sync + 'static> Log<T> {
         w: &mut Writer<T>,
         value: T,
         key: Option<u64>,
-        size: u64,
+        size: Option<u64>,
     ) -> Result<u64, PublishError<T>> {
         let policy = match self.overflow {
             Overflow::Block => Overflow::Reject,
             other => other,
         };
-        self.publish_under(w, value, key, size, policy)
+        self.publish_measured(w, value, key, size, policy)
     }
 
     /// The long path of [`Log::publish`]: every policy, every kind of log.
@@ -1052,14 +1212,21 @@ impl<T: Send + Sync + 'static> Log<T> {
         w: &mut Writer<T>,
         value: T,
         key: Option<u64>,
-        size: u64,
+        size: Option<u64>,
         policy: Overflow,
     ) -> Result<u64, PublishError<T>> {
-        if let Some((max, _)) = &self.max_bytes {
-            if size > *max {
-                return Err(PublishError::TooLarge(value));
+        let size = match &self.max_bytes {
+            None => 0,
+            Some((max, size_of)) => {
+                // The size function is the application's code: it runs here, before anything is
+                // reserved (I6), unless the caller measured the record already.
+                let size = size.unwrap_or_else(|| size_of(&value) as u64);
+                if size > *max {
+                    return Err(PublishError::TooLarge(value));
+                }
+                size
             }
-        }
+        };
         let meta = Meta::new(self.stamp(), key);
         let offset = if self.single {
             if let Err(r) = self.admit_single(w.next, 1, policy) {
@@ -1241,6 +1408,10 @@ impl<T: Send + Sync + 'static> Log<T> {
             self.state.fetch_or(CLOSED, Ordering::SeqCst);
             t & !TAIL_CLOSED
         };
+        // Relaxed: turns the short paths off (see `room_end`); the flags above are what the long
+        // path and `after_publish` go by, so a publish that read the room before this store is
+        // the race described above, no worse.
+        self.room_end.store(0, Ordering::Relaxed);
         // AcqRel: a racing single writer may have raised it already (see `after_publish`).
         self.final_end.fetch_max(end, Ordering::AcqRel);
         // SeqCst: FINAL publishes `final_end` (see Orderings).

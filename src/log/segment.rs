@@ -36,6 +36,7 @@
 //!   installing or loading the array and writing the slot's word in it.
 
 use std::mem::MaybeUninit;
+use std::ptr::NonNull;
 
 use crate::clock;
 
@@ -600,8 +601,11 @@ impl<T> Pool<T> {
 }
 
 /// One owned reference to a segment; dropping it releases the reference.
+///
+/// Held as a `NonNull`, so an `Option<SegRef<T>>` (a writer's current segment) is one word and
+/// testing it is one compare.
 pub(crate) struct SegRef<T> {
-    ptr: *const Segment<T>,
+    ptr: NonNull<Segment<T>>,
 }
 
 // SAFETY: a `SegRef` is a counted reference to a `Segment`, which is `Send + Sync` for these `T`.
@@ -613,8 +617,10 @@ impl<T> SegRef<T> {
     /// Wraps a reference the caller owns.
     ///
     /// # Safety
-    /// The caller transfers ownership of one reference to `ptr`'s segment.
+    /// The caller transfers ownership of one reference to `ptr`'s segment (so `ptr` is not null).
     pub(crate) unsafe fn from_owned(ptr: *const Segment<T>) -> Self {
+        // SAFETY: a pointer that carries a reference points at a live segment, never null.
+        let ptr = unsafe { NonNull::new_unchecked(ptr.cast_mut()) };
         SegRef { ptr }
     }
 }
@@ -624,14 +630,14 @@ impl<T> std::ops::Deref for SegRef<T> {
     #[inline]
     fn deref(&self) -> &Segment<T> {
         // SAFETY: we own a reference, so the segment is alive.
-        unsafe { &*self.ptr }
+        unsafe { self.ptr.as_ref() }
     }
 }
 
 impl<T> Drop for SegRef<T> {
     fn drop(&mut self) {
         // SAFETY: we own exactly one reference and never touch the segment again.
-        unsafe { Segment::release(self.ptr) }
+        unsafe { Segment::release(self.ptr.as_ptr()) }
     }
 }
 
