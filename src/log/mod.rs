@@ -966,9 +966,12 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// every publish. Reading the clock needs more registers, and inlining it made the compiler
     /// do that for every kind of topic (single-thread publish through such a function, same
     /// session: single producer ~200 -> ~345 M/s, many producers ~150 -> ~205 M/s without it),
-    /// so the short paths with time stamps are out of line in [`Log::publish_rest`], at the cost
-    /// of a call per publish there. Everything else (switching segments, retention, waiting for
-    /// room, refusals) is in [`Log::publish_with`].
+    /// so the short paths with time stamps are out of line ([`Log::publish_rest`], and for many
+    /// producers [`Log::publish_reserved`] after an inline reservation). That call costs them:
+    /// one producer ~9%, many producers ~20% in a tight single-thread loop (criterion, same
+    /// session), where reading the clock was already the largest part of a publish. Everything
+    /// else (switching segments, retention, waiting for room, refusals) is in
+    /// [`Log::publish_with`].
     ///
     /// The record's size for byte retention is measured on the long path, before anything is
     /// reserved (I6): the short paths never need it.
@@ -992,51 +995,59 @@ impl<T: Send + Sync + 'static> Log<T> {
                 return self.published(w, offset);
             }
         }
-        if !self.single && !self.timestamps {
-            return self.publish_multi_unstamped(w, value, key);
+        if !self.single {
+            return self.publish_multi_inline(w, value, key);
         }
         self.publish_rest(w, value, key)
     }
 
-    /// The many-producer short path of a topic without time stamps, inline: it too makes no
-    /// call (a reservation in another segment than the writer's goes out of line).
+    /// The many-producer short path, inline up to the reservation: the `fetch_add` runs before
+    /// any call (a locked instruction waits for every earlier store, and a call's register saves
+    /// are stores). Without time stamps the write and the publish are inline too and make no
+    /// call; with them, or in another segment than the writer's, they are out of line.
     #[inline(always)]
-    fn publish_multi_unstamped(
+    fn publish_multi_inline(
         &self,
         w: &mut Writer<T>,
         value: T,
         key: Option<u64>,
     ) -> Result<u64, PublishError<T>> {
         if self.fast && self.overflow != Overflow::Reject && self.room_cached_multi() {
+            // `Reject` stays on the long path, which reserves with a compare-exchange so that it
+            // never hands out an offset past the room.
             // Relaxed: see Orderings (`tail`).
             let offset = self.tail.fetch_add(1, Ordering::Relaxed);
             if offset & TAIL_CLOSED != 0 {
                 return Err(PublishError::Closed(value));
             }
-            let meta = Meta::new(0, key);
-            return match w.seg.as_deref() {
-                Some(seg) if seg.base() == offset & !self.mask => {
-                    // SAFETY: `offset` is reserved by us and unpublished, and `seg`, held by
-                    // `w`, is its segment (same base).
-                    unsafe { self.write_in(seg, offset, value, meta, 0) };
-                    self.published(w, offset)
+            // Nothing below runs user code until the record is published (I6). No byte
+            // retention here (`fast`), so no size to count.
+            if !self.timestamps {
+                if let Some(seg) = w.seg.as_deref() {
+                    if seg.base() == offset & !self.mask {
+                        // SAFETY: `offset` is reserved by us and unpublished, and `seg`, held by
+                        // `w`, is its segment (same base).
+                        unsafe { self.write_in(seg, offset, value, Meta::new(0, key), 0) };
+                        return self.published(w, offset);
+                    }
                 }
-                _ => self.publish_reserved(w, offset, value, meta),
-            };
+            }
+            return self.publish_reserved(w, offset, value, key);
         }
         self.publish_rest(w, value, key)
     }
 
-    /// A many-producer short path whose reservation is in another segment than the writer's:
-    /// switches segments (see [`Writer::segment`]), writes and publishes.
+    /// The rest of a many-producer short path after the reservation of `offset`: the time stamp,
+    /// switching segments if needed (see [`Writer::segment`]), the write and the publish.
     #[inline(never)]
     fn publish_reserved(
         &self,
         w: &mut Writer<T>,
         offset: u64,
         value: T,
-        meta: Meta,
+        key: Option<u64>,
     ) -> Result<u64, PublishError<T>> {
+        let meta = Meta::new(self.stamp(), key);
         self.write(w, offset, value, meta, 0);
         self.after_publish(w);
         Ok(offset)
