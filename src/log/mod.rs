@@ -1001,10 +1001,10 @@ impl<T: Send + Sync + 'static> Log<T> {
         self.publish_rest(w, value, key)
     }
 
-    /// The many-producer short path, inline up to the reservation: the `fetch_add` runs before
-    /// any call (a locked instruction waits for every earlier store, and a call's register saves
-    /// are stores). Without time stamps the write and the publish are inline too and make no
-    /// call; with them, or in another segment than the writer's, they are out of line.
+    /// The many-producer short path, inline up to the reservation. Without time stamps the write
+    /// and the publish are inline too and make no call; with them (the stamp is then read just
+    /// after the reservation, not just before), or in another segment than the writer's, they
+    /// are out of line in [`Log::publish_reserved`].
     #[inline(always)]
     fn publish_multi_inline(
         &self,
@@ -1053,9 +1053,9 @@ impl<T: Send + Sync + 'static> Log<T> {
         Ok(offset)
     }
 
-    /// The rest of [`Log::publish`], out of line: the short paths that read the clock (which
-    /// needs more registers than the caller-saved ones: a function that uses more saves and
-    /// restores them on every call, short path or not) or reserve with `fetch_add`, and the long
+    /// The rest of [`Log::publish`], out of line: the single-producer short path with time
+    /// stamps (reading the clock needs more registers than the caller-saved ones, and a function
+    /// that uses more saves and restores them on every call, short path or not) and every long
     /// path. Few arguments, so that all of them travel in registers.
     #[inline(never)]
     fn publish_rest(
