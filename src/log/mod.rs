@@ -40,6 +40,10 @@
 //! - `final_end`: stored (Release) before `state` gets `FINAL`; readers load `state` with Acquire.
 //! - cursor positions: Release by the reader after it is done with the records below; Acquire by
 //!   publishers computing room.
+//! - `room_end`: Relaxed everywhere. It is a hint the short paths trust only as an upper bound (the
+//!   long path recomputes room from the cursors), and as a close flag it is as good as the Relaxed
+//!   `state` load it replaced. `close` stores 0 and the refresh is a read-modify-write that keeps a
+//!   0, so once a publisher can see the 0 no later value lets it back onto a short path.
 
 pub(crate) mod directory;
 pub(crate) mod segment;
