@@ -10,8 +10,9 @@
 //! sink for every message, in order, and hands back `producers` senders. The scenarios are generic
 //! over `Bus`, so each library runs monomorphized code, with no dynamic dispatch per message.
 //! Threads are pinned: producers on the first core, subscribers round-robin over the others (all on
-//! core 1 on a 2-core machine). Before each table the core-to-core round trip is probed; the
-//! harness waits (bounded) for the VM's fast state and prints the probe beside the figures. Each
+//! core 1 on a 2-core machine). Before each run of each contender the core-to-core round trip is
+//! probed; the harness waits (bounded) for the VM's fast state, and each table's title gives the
+//! range of the probes its runs started from (a run that started slow is there to see). Each
 //! figure is the median of `--runs` runs, with min and max. Tables are printed and written to
 //! `perf/results/latest.md`; latency percentiles are plotted to `perf/results/latency.svg`.
 
@@ -110,6 +111,17 @@ fn probe_floor(pins: &Pins) -> Duration {
         .join()
         .unwrap()
     })
+}
+
+/// The range of a table's floor probes, as its title prints it.
+fn floor_range(floors: &[Duration]) -> String {
+    let lo = floors.iter().min().copied().unwrap_or_default();
+    let hi = floors.iter().max().copied().unwrap_or_default();
+    if lo == hi {
+        format!("{lo:?}")
+    } else {
+        format!("{lo:?}–{hi:?}")
+    }
 }
 
 /// Probes until the one-way floor is at most `fast`, for at most `budget`; returns the last probe.
@@ -740,6 +752,22 @@ fn filled(config: TopicConfig<u64>, n: u64) -> Topic<u64> {
     t
 }
 
+/// Whether `bus` takes part in a throughput run with `producers` producers (it supports that
+/// many, and `--only` names it).
+fn runs_here<B: Bus>(bus: &B, o: &Options, producers: usize) -> bool {
+    if producers > bus.max_producers() {
+        return false;
+    }
+    match &o.only {
+        // Names contain commas, so `;` separates when present (`--only "single producer, ring-like;Sleep"`).
+        Some(only) => {
+            let sep = if only.contains(';') { ';' } else { ',' };
+            only.split(sep).any(|w| bus.name().contains(w))
+        }
+        None => true,
+    }
+}
+
 /// Throughput: messages per second of the slowest subscriber, in millions.
 fn tput<B: Bus>(
     bus: &B,
@@ -749,15 +777,8 @@ fn tput<B: Bus>(
     subs: usize,
     batch: bool,
 ) -> Option<f64> {
-    if producers > bus.max_producers() {
+    if !runs_here(bus, o, producers) {
         return None;
-    }
-    if let Some(only) = &o.only {
-        // Names contain commas, so `;` separates when present (`--only "single producer, ring-like;Sleep"`).
-        let sep = if only.contains(';') { ';' } else { ',' };
-        if !only.split(sep).any(|w| bus.name().contains(w)) {
-            return None;
-        }
     }
     let per = o.records / producers as u64;
     let total = per * producers as u64;
@@ -1151,6 +1172,11 @@ fn main() {
     ));
     let floor_now =
         |pins: &Pins| wait_for_fast_state(pins, Duration::from_nanos(120), Duration::from_secs(20));
+    // Before each run: a shorter wait, so that a long slow phase costs minutes, not hours (and
+    // none in the quick smoke run, which only checks that everything runs).
+    let run_wait = Duration::from_secs(if quick { 0 } else { 2 });
+    let floor_before_run =
+        |pins: &Pins| wait_for_fast_state(pins, Duration::from_nanos(120), run_wait);
 
     if want("floor") {
         let f = floor_now(&pins);
@@ -1166,12 +1192,15 @@ fn main() {
             if o.subs.is_some_and(|n| n != subs) {
                 continue;
             }
-            let floor = floor_now(&pins);
+            let mut floors = vec![floor_now(&pins)];
             let mut rows: Vec<(&'static str, bool, Vec<f64>)> = Vec::new();
             for run in 0..o.runs {
                 macro_rules! go {
                     ($bus:expr, $ours:expr) => {{
                         let bus = $bus;
+                        if runs_here(bus, &o, producers) {
+                            floors.push(floor_before_run(&pins));
+                        }
                         if std::env::var_os("PERF_TRACE").is_some() {
                             eprintln!("{scenario} {producers}->{subs}: {}", bus.name());
                         }
@@ -1195,8 +1224,9 @@ fn main() {
             }
             r.table(
                 &format!(
-                    "## {scenario} {producers}→{subs} (Mmsg/s of the slowest subscriber; {}; floor {floor:?})",
-                    pins.describe(producers, subs)
+                    "## {scenario} {producers}→{subs} (Mmsg/s of the slowest subscriber; {}; floor {})",
+                    pins.describe(producers, subs),
+                    floor_range(&floors)
                 ),
                 "Mmsg/s",
                 &rows,
@@ -1212,12 +1242,15 @@ fn main() {
             continue;
         }
         for subs in [1usize, 2] {
-            let floor = floor_now(&pins);
+            let mut floors = vec![floor_now(&pins)];
             let mut rows: Vec<(&'static str, bool, Vec<[f64; 5]>)> = Vec::new();
             for run in 0..o.runs {
                 macro_rules! go {
                     ($bus:expr, $ours:expr) => {{
                         let bus = $bus;
+                        if runs_here(bus, &o, 1) {
+                            floors.push(floor_before_run(&pins));
+                        }
                         let h = thread::scope(|s| {
                             s.spawn(|| latency(bus, &pins, subs, period, samples))
                                 .join()
@@ -1256,7 +1289,8 @@ fn main() {
                     .collect();
                 r.table(
                     &format!(
-                        "## {scenario} 1→{subs} {label} (ns; one message per {period:?}; floor {floor:?} one-way)"
+                        "## {scenario} 1→{subs} {label} (ns; one message per {period:?}; floor {} one-way)",
+                        floor_range(&floors)
                     ),
                     "ns",
                     &table,
