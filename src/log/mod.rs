@@ -970,12 +970,11 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// every publish. Reading the clock needs more registers, and inlining it made the compiler
     /// do that for every kind of topic (single-thread publish through such a function, same
     /// session: single producer ~200 -> ~345 M/s, many producers ~150 -> ~205 M/s without it),
-    /// so the short paths with time stamps are out of line ([`Log::publish_rest`], and for many
-    /// producers [`Log::publish_reserved`] after an inline reservation). That call costs them:
-    /// one producer ~9%, many producers ~20% in a tight single-thread loop (criterion, same
-    /// session), where reading the clock was already the largest part of a publish. Everything
-    /// else (switching segments, retention, waiting for room, refusals) is in
-    /// [`Log::publish_with`].
+    /// so a topic with time stamps takes the same short paths one call away, in
+    /// [`Log::publish_stamped`]. That call costs it ~9% (one producer) and ~20% (many) in a tight
+    /// single-thread loop (criterion, same session), where reading the clock was already the
+    /// largest part of a publish. Everything else (switching segments, retention, waiting for
+    /// room, refusals) is in [`Log::publish_with`].
     ///
     /// The record's size for byte retention is measured on the long path, before anything is
     /// reserved (I6): the short paths never need it.
@@ -986,89 +985,21 @@ impl<T: Send + Sync + 'static> Log<T> {
         value: T,
         key: Option<u64>,
     ) -> Result<u64, PublishError<T>> {
-        // The single-producer short path without time stamps, inline (a limit is only set for
-        // a single writer with no byte retention).
-        let offset = w.next;
-        if offset < w.limit && self.room_cached(offset) && !self.timestamps {
-            if let Some(seg) = w.seg.as_deref() {
-                // SAFETY: we are the single writer (`limit` is only non-zero for it), `offset`
-                // is its next offset, unpublished, and below `limit`, the end of `seg`, the
-                // segment `w` holds a reference to.
-                unsafe { self.write_single(seg, offset, value, Meta::new(0, key)) };
-                w.next = offset + 1;
-                return self.published(w, offset);
-            }
+        if self.timestamps {
+            return self.publish_stamped(w, value, key);
         }
-        if !self.single {
-            return self.publish_multi_inline(w, value, key);
-        }
-        self.publish_rest(w, value, key)
+        self.publish_short(w, value, key, None, self.overflow, false)
     }
 
-    /// The many-producer short path, inline up to the reservation. Without time stamps the write
-    /// and the publish are inline too and make no call; with them (the stamp is then read just
-    /// after the reservation, not just before), or in another segment than the writer's, they
-    /// are out of line in [`Log::publish_reserved`].
-    #[inline(always)]
-    fn publish_multi_inline(
-        &self,
-        w: &mut Writer<T>,
-        value: T,
-        key: Option<u64>,
-    ) -> Result<u64, PublishError<T>> {
-        if self.fast && self.overflow != Overflow::Reject && self.room_cached_multi() {
-            // `Reject` stays on the long path, which reserves with a compare-exchange so that it
-            // never hands out an offset past the room.
-            // Relaxed: see Orderings (`tail`).
-            let offset = self.tail.fetch_add(1, Ordering::Relaxed);
-            if offset & TAIL_CLOSED != 0 {
-                return Err(PublishError::Closed(value));
-            }
-            // Nothing below runs user code until the record is published (I6). No byte
-            // retention here (`fast`), so no size to count.
-            if !self.timestamps {
-                if let Some(seg) = w.seg.as_deref() {
-                    if seg.base() == offset & !self.mask {
-                        // SAFETY: `offset` is reserved by us and unpublished, and `seg`, held by
-                        // `w`, is its segment (same base).
-                        unsafe { self.write_in(seg, offset, value, Meta::new(0, key), 0) };
-                        return self.published(w, offset);
-                    }
-                }
-            }
-            return self.publish_reserved(w, offset, value, key);
-        }
-        self.publish_rest(w, value, key)
-    }
-
-    /// The rest of a many-producer short path after the reservation of `offset`: the time stamp,
-    /// switching segments if needed (see [`Writer::segment`]), the write and the publish.
+    /// [`Log::publish`] for a topic with time stamps, out of line (see there).
     #[inline(never)]
-    fn publish_reserved(
-        &self,
-        w: &mut Writer<T>,
-        offset: u64,
-        value: T,
-        key: Option<u64>,
-    ) -> Result<u64, PublishError<T>> {
-        let meta = Meta::new(self.stamp(), key);
-        self.write(w, offset, value, meta, 0);
-        self.after_publish(w);
-        Ok(offset)
-    }
-
-    /// The rest of [`Log::publish`], out of line: the single-producer short path with time
-    /// stamps (reading the clock needs more registers than the caller-saved ones, and a function
-    /// that uses more saves and restores them on every call, short path or not) and every long
-    /// path. Few arguments, so that all of them travel in registers.
-    #[inline(never)]
-    fn publish_rest(
+    fn publish_stamped(
         &self,
         w: &mut Writer<T>,
         value: T,
         key: Option<u64>,
     ) -> Result<u64, PublishError<T>> {
-        self.publish_measured(w, value, key, None, self.overflow)
+        self.publish_short(w, value, key, None, self.overflow, true)
     }
 
     /// [`Log::publish`] with the record's `size` measured already (`None`: the long path measures
@@ -1084,72 +1015,46 @@ impl<T: Send + Sync + 'static> Log<T> {
         size: Option<u64>,
         policy: Overflow,
     ) -> Result<u64, PublishError<T>> {
+        self.publish_short(w, value, key, size, policy, self.timestamps)
+    }
+
+    /// The short path for the log's kind, else the long path. `stamped` says whether the topic
+    /// keeps time stamps (a constant where the caller knows it, so the clock code is left out).
+    #[inline(always)]
+    fn publish_short(
+        &self,
+        w: &mut Writer<T>,
+        value: T,
+        key: Option<u64>,
+        size: Option<u64>,
+        policy: Overflow,
+        stamped: bool,
+    ) -> Result<u64, PublishError<T>> {
+        let stamp = || if stamped { self.stamp() } else { 0 };
         if self.single {
-            self.publish_single(w, value, key, size, policy)
-        } else {
-            self.publish_multi(w, value, key, size, policy)
-        }
-    }
-
-    /// The single-producer short path (the offset is below the writer's limit, inside its
-    /// segment, and below the room last seen), with a time stamp when the topic keeps them; else
-    /// the long path.
-    #[inline(always)]
-    fn publish_single(
-        &self,
-        w: &mut Writer<T>,
-        value: T,
-        key: Option<u64>,
-        size: Option<u64>,
-        policy: Overflow,
-    ) -> Result<u64, PublishError<T>> {
-        let offset = w.next;
-        // `room_cached` is also the close check: `close` sets the cached room to 0 (see `close`
-        // for the race this leaves on single-producer logs).
-        if offset < w.limit && self.room_cached(offset) {
-            if let Some(seg) = w.seg.as_deref() {
-                let stamp = self.stamp();
-                // SAFETY: we are the single writer (`limit` is only non-zero for it), `offset`
-                // is not published yet (the watermark is at most `offset`), and it is below
-                // `limit`, the end of `seg`, the segment `w` holds a reference to.
-                unsafe { self.write_single(seg, offset, value, Meta::new(stamp, key)) };
-                w.next = offset + 1;
-                return self.published(w, offset);
+            let offset = w.next;
+            // `room_cached` is also the close check: `close` sets the cached room to 0 (see
+            // `close` for the race this leaves on single-producer logs).
+            if offset < w.limit && self.room_cached(offset) {
+                if let Some(seg) = w.seg.as_deref() {
+                    let meta = Meta::new(stamp(), key);
+                    let i = (offset & self.mask) as usize;
+                    seg.prefetch_ahead(i);
+                    // SAFETY: the slot index `offset & mask` is below the segment's `mask + 1`
+                    // slots; we are the single writer (`limit` is only non-zero for it), `offset`
+                    // is not published yet (the watermark is at most `offset`), and it is below
+                    // `limit`, the end of the segment `w` holds a reference to.
+                    unsafe { seg.write(i, value, meta) };
+                    w.next = offset + 1;
+                    // Release: publishes the slot (I2).
+                    self.watermark.store(offset + 1, Ordering::Release);
+                    return self.published(w, offset);
+                }
             }
-        }
-        self.publish_with(w, value, key, size, policy)
-    }
-
-    /// Writes and publishes the single writer's next record (the caller moves `w.next` on).
-    ///
-    /// # Safety
-    /// `offset` is the single writer's `w.next`, below `w.limit`, and `seg` is `w`'s segment.
-    #[inline(always)]
-    unsafe fn write_single(&self, seg: &Segment<T>, offset: u64, value: T, meta: Meta) {
-        let i = (offset & self.mask) as usize;
-        seg.prefetch_ahead(i);
-        // SAFETY: `i = offset & mask` is below the segment's `mask + 1` slots; the slot is ours
-        // alone and unpublished (the caller's contract: the single writer's next offset).
-        unsafe { seg.write(i, value, meta) };
-        // Release: publishes the slot (I2).
-        self.watermark.store(offset + 1, Ordering::Release);
-    }
-
-    /// The many-producer short path (`DropOldest`, or `Block` inside the room last seen), else the
-    /// long path.
-    #[inline(always)]
-    fn publish_multi(
-        &self,
-        w: &mut Writer<T>,
-        value: T,
-        key: Option<u64>,
-        size: Option<u64>,
-        policy: Overflow,
-    ) -> Result<u64, PublishError<T>> {
-        if self.fast && policy != Overflow::Reject && self.room_cached_multi() {
+        } else if self.fast && policy != Overflow::Reject && self.room_cached_multi() {
             // `Reject` stays on the long path, which reserves with a compare-exchange so that it
             // never hands out an offset past the room.
-            let meta = Meta::new(self.stamp(), key);
+            let meta = Meta::new(stamp(), key);
             // Relaxed: see Orderings (`tail`).
             let offset = self.tail.fetch_add(1, Ordering::Relaxed);
             if offset & TAIL_CLOSED != 0 {
@@ -1157,15 +1062,36 @@ impl<T: Send + Sync + 'static> Log<T> {
             }
             // Nothing below runs user code until the record is published (I6). No byte
             // retention here (`fast`), so no size to count.
-            self.write(w, offset, value, meta, 0);
-            self.after_publish(w);
-            return Ok(offset);
+            return match w.seg.as_deref() {
+                Some(seg) if seg.base() == offset & !self.mask => {
+                    // SAFETY: `offset` is reserved by us and unpublished, and `seg`, held by `w`,
+                    // is its segment (same base).
+                    unsafe { self.write_in(seg, offset, value, meta, 0) };
+                    self.published(w, offset)
+                }
+                _ => self.publish_reserved(w, offset, value, meta),
+            };
         }
         self.publish_with(w, value, key, size, policy)
     }
 
-    /// The end of a single-producer short path: [`Log::after_publish`], then `Ok(offset)` (the
-    /// rare case out of line, so the inline short path makes no call).
+    /// A many-producer short path whose reservation of `offset` is in another segment than the
+    /// writer's: switches segments (see [`Writer::segment`]), writes and publishes.
+    #[inline(never)]
+    fn publish_reserved(
+        &self,
+        w: &mut Writer<T>,
+        offset: u64,
+        value: T,
+        meta: Meta,
+    ) -> Result<u64, PublishError<T>> {
+        self.write(w, offset, value, meta, 0);
+        self.after_publish(w);
+        Ok(offset)
+    }
+
+    /// The end of a short path: [`Log::after_publish`], then `Ok(offset)` (the rare case out of
+    /// line, so the inline short paths make no call).
     #[inline(always)]
     fn published(&self, w: &Writer<T>, offset: u64) -> Result<u64, PublishError<T>> {
         light_barrier();
