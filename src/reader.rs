@@ -331,6 +331,9 @@ impl<T: Send + Sync + 'static> Reader<T> {
         if let Some(seg) = self.seg.as_deref() {
             let end = self.log.ready_end(seg, self.next, limit);
             if end > self.next {
+                // The first record's line is on the producer's core: start fetching it now, so
+                // the transfer overlaps the way back to the caller, who reads it next.
+                seg.prefetch_value((self.next - seg.base()) as usize);
                 // Caught up: the run stopped at what was published, not at `limit` or the
                 // segment's end (see `wait_any` for what that changes).
                 let cap = (seg.base() + seg.len() as u64).min(self.next.saturating_add(limit));

@@ -71,6 +71,19 @@ pub(crate) fn wait_timeout<'a, T>(
     }
 }
 
+/// Asks the CPU to start loading the cache line at `p` into this core's cache: a hint that reads
+/// nothing and never faults, whatever the address.
+#[inline(always)]
+pub(crate) fn prefetch<T>(p: *const T) {
+    #[cfg(all(not(loom), target_arch = "x86_64"))]
+    // SAFETY: a prefetch accesses no memory in the language's sense and cannot fault.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast())
+    };
+    #[cfg(any(loom, not(target_arch = "x86_64")))]
+    let _ = p;
+}
+
 /// A hint inside a busy-wait loop. Under loom it yields, so that the model can make progress.
 #[inline]
 pub(crate) fn spin_hint() {

@@ -711,7 +711,8 @@ struct Options {
     slow_samples: u64,
     idle: Duration,
     what: String,
-    /// Throughput rows only for contenders whose name contains one of these (comma-separated).
+    /// Throughput and latency rows only for contenders whose name contains one of these
+    /// (comma-separated, or `;`-separated when a name has a comma).
     only: Option<String>,
     /// Throughput fan-outs only with this many subscribers (`--subs N`).
     subs: Option<usize>,
@@ -1248,28 +1249,25 @@ fn main() {
                 macro_rules! go {
                     ($bus:expr, $ours:expr) => {{
                         let bus = $bus;
-                        if runs_here(bus, &o, 1) {
+                        let v = runs_here(bus, &o, 1).then(|| {
                             floors.push(floor_before_run(&pins));
-                        }
-                        let h = thread::scope(|s| {
-                            s.spawn(|| latency(bus, &pins, subs, period, samples))
-                                .join()
-                                .unwrap()
+                            let h = thread::scope(|s| {
+                                s.spawn(|| latency(bus, &pins, subs, period, samples))
+                                    .join()
+                                    .unwrap()
+                            });
+                            let q = [0.5, 0.9, 0.99, 0.999].map(|q| h.value_at_quantile(q) as f64);
+                            [q[0], q[1], q[2], q[3], h.max() as f64]
                         });
-                        let q = [0.5, 0.9, 0.99, 0.999].map(|q| h.value_at_quantile(q) as f64);
-                        (
-                            bus.name(),
-                            $ours,
-                            Some([q[0], q[1], q[2], q[3], h.max() as f64]),
-                        )
+                        (bus.name(), $ours, v)
                     }};
                 }
                 // `each_bus!` collects `Option<f64>`; latency needs five numbers, so keep them aside.
-                let mut five: Vec<(&'static str, bool, [f64; 5])> = Vec::new();
+                let mut five: Vec<(&'static str, bool, Option<[f64; 5]>)> = Vec::new();
                 macro_rules! go_f {
                     ($bus:expr, $ours:expr) => {{
                         let (n, ours, v) = go!($bus, $ours);
-                        five.push((n, ours, v.unwrap()));
+                        five.push((n, ours, v));
                         (n, ours, None)
                     }};
                 }
@@ -1278,7 +1276,7 @@ fn main() {
                     if run == 0 {
                         rows.push((name, ours, Vec::new()));
                     }
-                    rows[k].2.push(v);
+                    rows[k].2.extend(v);
                 }
             }
             let labels = ["p50", "p90", "p99", "p99.9", "max"];
@@ -1298,7 +1296,7 @@ fn main() {
                 );
             }
             if scenario == "lat" {
-                for (name, _, v) in &rows {
+                for (name, _, v) in rows.iter().filter(|(_, _, v)| !v.is_empty()) {
                     let med: Vec<f64> = (0..5)
                         .map(|q| median(&mut v.iter().map(|x| x[q]).collect::<Vec<_>>()))
                         .collect();

@@ -41,7 +41,7 @@ use std::ptr::NonNull;
 use crate::clock;
 
 use crate::sync::{
-    fence, lock, Arc, AtomicPtr, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell,
+    fence, lock, prefetch, Arc, AtomicPtr, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell,
 };
 
 /// One slot of a lazily allocated array (keys, or timestamps too far from the segment's base).
@@ -158,6 +158,12 @@ impl<T> Segment<T> {
     #[inline]
     pub(crate) fn len(&self) -> usize {
         self.values.len()
+    }
+
+    /// Starts loading slot `i`'s value into this core's cache (a hint; see [`prefetch`]).
+    #[inline]
+    pub(crate) fn prefetch_value(&self, i: usize) {
+        prefetch(self.values.as_ptr().wrapping_add(i));
     }
 
     /// The stamp of slot `i` (multi-producer logs only).
