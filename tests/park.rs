@@ -1,5 +1,6 @@
 //! I5: a parked reader costs no CPU and is woken by the publish it waits for; a publish with no
-//! reader parked does no wake-up work (no system call).
+//! reader parked does no wake-up work (no system call). A publisher blocked by `Overflow::Block`
+//! parks too, however often its readers woke it before.
 
 #![cfg(target_os = "linux")]
 
@@ -9,7 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use logbus::{Start, Topic, TopicConfig};
+use logbus::{Overflow, Start, Topic, TopicConfig};
 
 /// User + system CPU time of one thread, in clock ticks, from /proc.
 fn thread_cpu_ticks(tid: i32) -> u64 {
@@ -103,4 +104,66 @@ fn only_parked_readers_are_woken() {
         assert_eq!(h.join().unwrap(), 11);
     }
     assert_eq!(topic.stats().partitions[0].wakeups, 3);
+}
+
+#[test]
+fn a_blocked_publisher_parks_after_many_short_parks_and_costs_no_cpu() {
+    const CAP: u64 = 64;
+    const ROUNDS: u64 = 40;
+    let topic = Topic::<u64>::new(
+        "blocked",
+        TopicConfig::default()
+            .max_records(CAP)
+            .overflow(Overflow::Block),
+    )
+    .unwrap();
+    let mut reader = topic.reader(0, Start::Earliest).unwrap();
+    let mut producer = topic.producer().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let h = thread::spawn(move || {
+        // SAFETY: gettid has no preconditions.
+        tx.send(unsafe { libc::gettid() }).unwrap();
+        for i in 0..CAP * (ROUNDS + 2) {
+            producer.publish(i).unwrap();
+        }
+    });
+    let tid = rx.recv().unwrap();
+    let asleep = |tid| {
+        let start = Instant::now();
+        while thread_state(tid) != 'S' {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "the blocked publisher never went to sleep"
+            );
+        }
+    };
+    let mut next = 0;
+    // Wake it as soon as it sleeps, many times: each park is short, which lengthens how long it
+    // yields before the next one (up to a bound).
+    for _ in 0..ROUNDS {
+        asleep(tid);
+        for _ in 0..CAP {
+            assert_eq!(*reader.next().unwrap(), next, "in order, nothing lost");
+            next += 1;
+        }
+    }
+    // Now the reader stops: the publisher still ends up asleep, and stays there at no cost.
+    asleep(tid);
+    let before = thread_cpu_ticks(tid);
+    thread::sleep(Duration::from_millis(300));
+    assert_eq!(thread_state(tid), 'S', "the blocked publisher sleeps");
+    let used = thread_cpu_ticks(tid) - before;
+    assert!(
+        used <= 1,
+        "a parked publisher used {used} ticks of CPU in 300 ms"
+    );
+    while next < CAP * (ROUNDS + 2) {
+        assert_eq!(
+            *reader.next().unwrap(),
+            next,
+            "the reader woke it; nothing lost"
+        );
+        next += 1;
+    }
+    h.join().unwrap();
 }

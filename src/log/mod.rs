@@ -40,6 +40,7 @@
 //! - `final_end`: stored (Release) before `state` gets `FINAL`; readers load `state` with Acquire.
 //! - cursor positions: Release by the reader after it is done with the records below; Acquire by
 //!   publishers computing room.
+//! - `block_yield_nanos`: Relaxed. A tuning hint for blocked publishers; no data depends on it.
 //! - `room_end`: Relaxed everywhere. It is a hint the short paths trust only as an upper bound (the
 //!   long path recomputes room from the cursors), and as a close flag it is as good as the Relaxed
 //!   `state` load it replaced. `close` stores 0 and the refresh is a read-modify-write that keeps a
@@ -48,7 +49,7 @@
 pub(crate) mod directory;
 pub(crate) mod segment;
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::{
     clock,
@@ -65,6 +66,15 @@ use segment::{Meta, Pool, SegRef, Segment};
 
 /// `tail` bit 63: the log is closed; reservations that see it fail.
 const TAIL_CLOSED: u64 = 1 << 63;
+
+/// The longest a blocked publisher yields before parking, as a multiple of the wait strategy's
+/// `yield_for` (see [`Log::adapt_block_yield`]).
+const MAX_BLOCK_YIELD_FACTOR: u64 = 16;
+
+/// A duration in whole nanoseconds, saturating.
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
 
 /// `state` bits 0..24: number of parked readers.
 const PARKED_ONE: u64 = 1;
@@ -210,6 +220,10 @@ pub(crate) struct Log<T> {
     total_bytes: AtomicU64,
     /// Futex wake calls issued for parked readers (a statistic; only the cold wake path counts).
     wakeups: AtomicU64,
+    /// How long a publisher blocked by `Overflow::Block` yields before it parks, in nanoseconds:
+    /// the wait strategy's `yield_for`, doubled after each park that a longer yield would have
+    /// avoided (see [`Log::wait_for_room`]).
+    block_yield_nanos: AtomicU64,
     /// Single-producer: a writer holds the producer role.
     writer_claimed: AtomicBool,
     /// Publishers blocked by `Overflow::Block` sleep here; readers bump it when they make room.
@@ -271,6 +285,7 @@ impl<T: Send + Sync + 'static> Log<T> {
             room_end: AtomicU64::new(room_cap.unwrap_or(u64::MAX)),
             total_bytes: AtomicU64::new(0),
             wakeups: AtomicU64::new(0),
+            block_yield_nanos: AtomicU64::new(nanos(config.wait.yield_for)),
             writer_claimed: AtomicBool::new(false),
             space: Futex::new(0),
             #[cfg(feature = "async")]
@@ -809,6 +824,8 @@ impl<T: Send + Sync + 'static> Log<T> {
         // takes whatever room woke it, so a wake-up never leads straight to another park.
         let resume = n.max((1u64 << self.shift).min(self.max_records.unwrap_or(0) / 4));
         let mut want = n; // the first look (and the first after a park) asks for `n` only
+                          // Relaxed: a tuning hint; any value any publisher stored is a valid window.
+        let yield_for = Duration::from_nanos(self.block_yield_nanos.load(Ordering::Relaxed));
         loop {
             if self.is_closed() {
                 return Err(Closedish);
@@ -823,7 +840,7 @@ impl<T: Send + Sync + 'static> Log<T> {
                 continue;
             }
             let since = *yield_since.get_or_insert_with(Instant::now);
-            if since.elapsed() < self.wait.yield_for {
+            if since.elapsed() < yield_for {
                 yield_now();
                 continue;
             }
@@ -832,13 +849,39 @@ impl<T: Send + Sync + 'static> Log<T> {
             self.state.fetch_add(BLOCKED_ONE, Ordering::SeqCst);
             heavy_barrier();
             if !self.is_closed() && !self.has_room(end(), n) {
+                let asleep = Instant::now();
                 self.space.wait(seq);
+                self.adapt_block_yield(asleep.elapsed());
             }
             // Relaxed: withdrawing costs nothing if a reader sees us a moment longer (it only
             // makes one spare wake-up call); the count only has to be there before we sleep.
             self.state.fetch_sub(BLOCKED_ONE, Ordering::Relaxed);
             want = n;
         }
+    }
+
+    /// Tunes how long blocked publishers yield before they park, after a park that lasted `slept`.
+    ///
+    /// A park costs the readers, who are the bottleneck while a publisher is blocked: the heavy
+    /// barrier interrupts their cores, and one of them makes the wake-up call. When readers free
+    /// room steadily but a segment's worth takes longer than the window (measured on the 2-core
+    /// VM: four readers sharing a core, the publisher parked every few hundred µs), the publisher
+    /// parks at every wait. So a park shorter than the window (yielding that much longer would
+    /// have avoided it) doubles the window, up to [`MAX_BLOCK_YIELD_FACTOR`] times the strategy's
+    /// `yield_for`; a longer one (readers stalled, not slow) puts it back to `yield_for`. A
+    /// strategy that never yields keeps a zero window.
+    fn adapt_block_yield(&self, slept: Duration) {
+        let base = nanos(self.wait.yield_for);
+        // Relaxed: a tuning hint (see `wait_for_room`).
+        let now = self.block_yield_nanos.load(Ordering::Relaxed);
+        let next = if nanos(slept) < now {
+            now.saturating_mul(2)
+                .min(base.saturating_mul(MAX_BLOCK_YIELD_FACTOR))
+        } else {
+            base
+        };
+        // Relaxed: as above; racing publishers each store a window within the bounds.
+        self.block_yield_nanos.store(next, Ordering::Relaxed);
     }
 
     /// Reserves `n` offsets for a multi-producer publish; applies the overflow policy.
@@ -1484,5 +1527,53 @@ impl<T: Send + Sync + 'static> Writer<T> {
             };
         }
         self.seg.as_deref()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn window(log: &Log<u64>) -> Duration {
+        Duration::from_nanos(log.block_yield_nanos.load(Ordering::Relaxed))
+    }
+
+    #[test]
+    fn a_blocked_publishers_yield_window_grows_after_short_parks_and_resets_after_a_long_one() {
+        let base = Duration::from_micros(200);
+        let config = TopicConfig::<u64>::default()
+            .max_records(8)
+            .overflow(Overflow::Block)
+            .wait(WaitStrategy::default().yield_for(base));
+        let log = Log::new(&config);
+        assert_eq!(window(&log), base, "it starts at the strategy's yield_for");
+        log.adapt_block_yield(Duration::from_micros(50));
+        assert_eq!(
+            window(&log),
+            base * 2,
+            "a park shorter than the window doubles it"
+        );
+        for _ in 0..10 {
+            log.adapt_block_yield(Duration::ZERO);
+        }
+        assert_eq!(
+            window(&log),
+            base * MAX_BLOCK_YIELD_FACTOR as u32,
+            "it stops at the cap"
+        );
+        log.adapt_block_yield(base * 100);
+        assert_eq!(
+            window(&log),
+            base,
+            "a long park (readers stalled) resets it"
+        );
+
+        let never = Log::new(&config.clone().wait(WaitStrategy::park_at_once()));
+        never.adapt_block_yield(Duration::ZERO);
+        assert_eq!(
+            window(&never),
+            Duration::ZERO,
+            "a strategy that never yields keeps none"
+        );
     }
 }
