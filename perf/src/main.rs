@@ -124,6 +124,17 @@ fn floor_range(floors: &[Duration]) -> String {
     }
 }
 
+/// How many times a run whose floor probe (before or after it) said slow is done again.
+const MAX_REDOS: usize = 2;
+
+/// What a table's title says about runs done again after a slow probe.
+fn redone_note(redone: usize) -> String {
+    match redone {
+        0 => String::new(),
+        n => format!("; {n} run(s) done again after a slow probe"),
+    }
+}
+
 /// Probes until the one-way floor is at most `fast`, for at most `budget`; returns the last probe.
 fn wait_for_fast_state(pins: &Pins, fast: Duration, budget: Duration) -> Duration {
     let start = Instant::now();
@@ -1178,6 +1189,12 @@ fn main() {
     let run_wait = Duration::from_secs(if quick { 0 } else { 2 });
     let floor_before_run =
         |pins: &Pins| wait_for_fast_state(pins, Duration::from_nanos(120), run_wait);
+    // A run whose probe before or after it says slow is done again (up to `MAX_REDOS` times,
+    // waiting for the fast state each time), so that a phase change inside a run does not
+    // become a table's figure; the kept runs' probes make the title's range, and the title
+    // counts the runs done again. The quick smoke run keeps every run.
+    let max_redos = if quick { 0 } else { MAX_REDOS };
+    let fast = |f: Duration| f <= Duration::from_nanos(120);
 
     if want("floor") {
         let f = floor_now(&pins);
@@ -1194,23 +1211,34 @@ fn main() {
                 continue;
             }
             let mut floors = vec![floor_now(&pins)];
+            let mut redone = 0;
             let mut rows: Vec<(&'static str, bool, Vec<f64>)> = Vec::new();
             for run in 0..o.runs {
                 macro_rules! go {
                     ($bus:expr, $ours:expr) => {{
                         let bus = $bus;
-                        if runs_here(bus, &o, producers) {
-                            floors.push(floor_before_run(&pins));
-                        }
                         if std::env::var_os("PERF_TRACE").is_some() {
                             eprintln!("{scenario} {producers}->{subs}: {}", bus.name());
                         }
-                        let v = thread::scope(|s| {
-                            s.spawn(|| tput(bus, &o, &pins, producers, subs, batch))
-                                .join()
-                                .unwrap()
+                        let v = runs_here(bus, &o, producers).then(|| {
+                            let mut redo = 0;
+                            loop {
+                                let before = floor_before_run(&pins);
+                                let v = thread::scope(|s| {
+                                    s.spawn(|| tput(bus, &o, &pins, producers, subs, batch))
+                                        .join()
+                                        .unwrap()
+                                });
+                                let after = probe_floor(&pins);
+                                if (fast(before) && fast(after)) || redo == max_redos {
+                                    floors.extend([before, after]);
+                                    break v;
+                                }
+                                redo += 1;
+                                redone += 1;
+                            }
                         });
-                        (bus.name(), $ours, v)
+                        (bus.name(), $ours, v.flatten())
                     }};
                 }
                 let results = each_bus!(go);
@@ -1225,9 +1253,10 @@ fn main() {
             }
             r.table(
                 &format!(
-                    "## {scenario} {producers}→{subs} (Mmsg/s of the slowest subscriber; {}; floor {})",
+                    "## {scenario} {producers}→{subs} (Mmsg/s of the slowest subscriber; {}; floor {}{})",
                     pins.describe(producers, subs),
-                    floor_range(&floors)
+                    floor_range(&floors),
+                    redone_note(redone)
                 ),
                 "Mmsg/s",
                 &rows,
@@ -1244,18 +1273,29 @@ fn main() {
         }
         for subs in [1usize, 2] {
             let mut floors = vec![floor_now(&pins)];
+            let mut redone = 0;
             let mut rows: Vec<(&'static str, bool, Vec<[f64; 5]>)> = Vec::new();
             for run in 0..o.runs {
                 macro_rules! go {
                     ($bus:expr, $ours:expr) => {{
                         let bus = $bus;
                         let v = runs_here(bus, &o, 1).then(|| {
-                            floors.push(floor_before_run(&pins));
-                            let h = thread::scope(|s| {
-                                s.spawn(|| latency(bus, &pins, subs, period, samples))
-                                    .join()
-                                    .unwrap()
-                            });
+                            let mut redo = 0;
+                            let h = loop {
+                                let before = floor_before_run(&pins);
+                                let h = thread::scope(|s| {
+                                    s.spawn(|| latency(bus, &pins, subs, period, samples))
+                                        .join()
+                                        .unwrap()
+                                });
+                                let after = probe_floor(&pins);
+                                if (fast(before) && fast(after)) || redo == max_redos {
+                                    floors.extend([before, after]);
+                                    break h;
+                                }
+                                redo += 1;
+                                redone += 1;
+                            };
                             let q = [0.5, 0.9, 0.99, 0.999].map(|q| h.value_at_quantile(q) as f64);
                             [q[0], q[1], q[2], q[3], h.max() as f64]
                         });
@@ -1287,8 +1327,9 @@ fn main() {
                     .collect();
                 r.table(
                     &format!(
-                        "## {scenario} 1→{subs} {label} (ns; one message per {period:?}; floor {} one-way)",
-                        floor_range(&floors)
+                        "## {scenario} 1→{subs} {label} (ns; one message per {period:?}; floor {} one-way{})",
+                        floor_range(&floors),
+                        redone_note(redone)
                     ),
                     "ns",
                     &table,
