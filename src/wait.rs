@@ -6,16 +6,17 @@
 //! `spin_polls`), yields for a while (`yield_for`: a futex wake-up costs ~19 µs here, so this covers
 //! records paced up to ~100 µs apart), then parks on its waker. Parking is the only step with a
 //! system call for the reader, and the publisher's side of it costs nothing when nobody is parked
-//! (see `log`). Before all that, a reader that just caught up with the producers yields once to a
-//! few times (`batch_yields`): readers that share a core take turns, and a reader alone on its
-//! core stops pulling the producer's freshly written cache lines a few records at a time. And a
+//! (see `log`). Before all that, a reader that just caught up with the producers pauses, yielding,
+//! in proportion to the run it took (`batch_pause`): readers that share a core take turns, and a
+//! reader alone on its core stops pulling the producer's freshly written cache lines a few records
+//! at a time. And a
 //! reader whose position is reserved but not yet published (a multi-producer publish in flight)
 //! keeps yielding instead of parking.
 //!
 //! A consumer reading several partitions waits on all of them at once: its readers share one waker,
 //! and the parking step announces it in every partition's log before sleeping.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::{
     config::WaitStrategy,
@@ -25,13 +26,20 @@ use crate::{
     sync::{spin_hint, yield_now, Arc},
 };
 
-/// The most yields after a run of records (each is a `sched_yield`: ~0.5 µs on the 2-core VM).
-const MAX_BATCH_YIELDS: u64 = 8;
+/// How long a reader that caught up pauses per record of the run it just took: as long as a
+/// stream of 125 M records/s takes to publish one. A stream at least that fast fills each pause
+/// with a longer run than the last, so its runs grow to what [`MAX_BATCH_PAUSE`] holds; a slower
+/// one settles at short runs and short pauses.
+const PAUSE_PER_RECORD: Duration = Duration::from_nanos(8);
 
-/// Yields after a caught-up run of `n` records: one, plus one per 128 records, at most
-/// [`MAX_BATCH_YIELDS`].
-fn batch_yields(n: u64) -> u64 {
-    (1 + n / 128).min(MAX_BATCH_YIELDS)
+/// The longest pause after a run: what the first record published during it can wait for.
+const MAX_BATCH_PAUSE: Duration = Duration::from_micros(4);
+
+/// The pause after a caught-up run of `n` records.
+fn batch_pause(n: u64) -> Duration {
+    PAUSE_PER_RECORD
+        .saturating_mul(u32::try_from(n).unwrap_or(u32::MAX))
+        .min(MAX_BATCH_PAUSE)
 }
 
 /// How a wait ended.
@@ -105,18 +113,26 @@ pub(crate) fn wait_any<T: Send + Sync + 'static>(
         };
     }
     // A reader whose last look-up caught up with the producers, and has taken everything it
-    // found, yields before it looks again: once after a few records, up to `MAX_BATCH_YIELDS`
-    // times after a long run. When readers share a core this lets them take turns. When a reader
-    // has a core to itself it keeps it from re-reading the producer's cache lines (the published
-    // end, the slot being written) a few records at a time, each look costing the producer a
-    // cache-line transfer: the longer the run, the faster the stream, and the longer it pays to
-    // let records pile up. A sparse stream (runs of one or two) yields once, as before, so its
-    // latency does not change.
+    // found, pauses before it looks again, yielding: at least once, and for a time in proportion
+    // to the run it took (`batch_pause`). When readers share a core this lets them take turns.
+    // When a reader has a core to itself it keeps it from re-reading the producer's cache lines
+    // (the published end, the slot being written) a few records at a time, each look costing the
+    // producer a cache-line transfer: the longer the run, the faster the stream, and the longer
+    // it pays to let records pile up. The pause is timed rather than counted in yields: a
+    // `sched_yield` on the 2-core VM takes from ~0.1 to ~0.6 µs depending on the phase the host puts
+    // it in, and a fixed count (it was 1 + n/128, at most 8) left a 1→1 loop's runs anywhere from
+    // ~40 to ~1200 records (45–240 M/s) where the timed pause keeps them at ~1600 (~290 M/s). A sparse
+    // stream (runs of one or two) yields once, as before, so its latency does not change.
     if wait.yield_after_batch && readers.iter().all(|r| !r.has_ready()) {
         let fed = readers.iter_mut().fold(0, |fed, r| r.take_fed().max(fed));
         if fed > 0 {
-            for _ in 0..batch_yields(fed) {
+            let pause = batch_pause(fed);
+            let start = Instant::now();
+            loop {
                 yield_now();
+                if start.elapsed() >= pause {
+                    break;
+                }
             }
         }
     }
@@ -173,5 +189,19 @@ pub(crate) fn wait_any<T: Send + Sync + 'static>(
             return r;
         }
         check!();
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pause_after_a_run_grows_with_the_run_up_to_its_cap() {
+        assert_eq!(batch_pause(1), PAUSE_PER_RECORD);
+        assert_eq!(batch_pause(100), PAUSE_PER_RECORD * 100);
+        assert!(batch_pause(100) < batch_pause(200));
+        assert_eq!(batch_pause(1 << 20), MAX_BATCH_PAUSE);
+        assert_eq!(batch_pause(u64::MAX), MAX_BATCH_PAUSE, "no overflow");
     }
 }
