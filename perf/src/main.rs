@@ -1089,8 +1089,11 @@ impl Report {
                     } else {
                         f64::NAN
                     };
+                    // Both below what the table prints (0.00): a ratio of noise, say so.
                     let ratio = if ratio.is_nan() {
                         String::new()
+                    } else if *m < 0.005 && best_peer < 0.005 {
+                        "both 0.00".to_owned()
                     } else {
                         format!("{ratio:.2}×")
                     };
