@@ -124,8 +124,37 @@ fn floor_range(floors: &[Duration]) -> String {
     }
 }
 
+/// A one-way floor at most this is the VM's fast state.
+const FAST: Duration = Duration::from_nanos(120);
+
 /// How many times a run whose floor probe (before or after it) said slow is done again.
 const MAX_REDOS: usize = 2;
+
+/// Does `run` after waiting (up to `wait`) for the fast state, and again (up to `max_redos` more
+/// times) while the probe before or after it says slow, so that a phase change inside a run does
+/// not become a table's figure. Keeps the last run's result and probes (in `floors`); counts the
+/// runs done again in `redone`.
+fn kept_run<R>(
+    pins: &Pins,
+    wait: Duration,
+    max_redos: usize,
+    floors: &mut Vec<Duration>,
+    redone: &mut usize,
+    mut run: impl FnMut() -> R,
+) -> R {
+    let mut redo = 0;
+    loop {
+        let before = wait_for_fast_state(pins, FAST, wait);
+        let v = run();
+        let after = probe_floor(pins);
+        if (before <= FAST && after <= FAST) || redo == max_redos {
+            floors.extend([before, after]);
+            return v;
+        }
+        redo += 1;
+        *redone += 1;
+    }
+}
 
 /// What a table's title says about runs done again after a slow probe.
 fn redone_note(redone: usize) -> String {
@@ -1185,19 +1214,12 @@ fn main() {
         o.slow_samples,
         o.runs
     ));
-    let floor_now =
-        |pins: &Pins| wait_for_fast_state(pins, Duration::from_nanos(120), Duration::from_secs(20));
+    let floor_now = |pins: &Pins| wait_for_fast_state(pins, FAST, Duration::from_secs(20));
     // Before each run: a shorter wait, so that a long slow phase costs minutes, not hours (and
     // none in the quick smoke run, which only checks that everything runs).
     let run_wait = Duration::from_secs(if quick { 0 } else { 2 });
-    let floor_before_run =
-        |pins: &Pins| wait_for_fast_state(pins, Duration::from_nanos(120), run_wait);
-    // A run whose probe before or after it says slow is done again (up to `MAX_REDOS` times,
-    // waiting for the fast state each time), so that a phase change inside a run does not
-    // become a table's figure; the kept runs' probes make the title's range, and the title
-    // counts the runs done again. The quick smoke run keeps every run.
+    // The quick smoke run keeps every run (see `kept_run`).
     let max_redos = if quick { 0 } else { MAX_REDOS };
-    let fast = |f: Duration| f <= Duration::from_nanos(120);
 
     if want("floor") {
         let f = floor_now(&pins);
@@ -1224,22 +1246,13 @@ fn main() {
                             eprintln!("{scenario} {producers}->{subs}: {}", bus.name());
                         }
                         let v = runs_here(bus, &o, producers).then(|| {
-                            let mut redo = 0;
-                            loop {
-                                let before = floor_before_run(&pins);
-                                let v = thread::scope(|s| {
+                            kept_run(&pins, run_wait, max_redos, &mut floors, &mut redone, || {
+                                thread::scope(|s| {
                                     s.spawn(|| tput(bus, &o, &pins, producers, subs, batch))
                                         .join()
                                         .unwrap()
-                                });
-                                let after = probe_floor(&pins);
-                                if (fast(before) && fast(after)) || redo == max_redos {
-                                    floors.extend([before, after]);
-                                    break v;
-                                }
-                                redo += 1;
-                                redone += 1;
-                            }
+                                })
+                            })
                         });
                         (bus.name(), $ours, v.flatten())
                     }};
@@ -1283,22 +1296,20 @@ fn main() {
                     ($bus:expr, $ours:expr) => {{
                         let bus = $bus;
                         let v = runs_here(bus, &o, 1).then(|| {
-                            let mut redo = 0;
-                            let h = loop {
-                                let before = floor_before_run(&pins);
-                                let h = thread::scope(|s| {
-                                    s.spawn(|| latency(bus, &pins, subs, period, samples))
-                                        .join()
-                                        .unwrap()
-                                });
-                                let after = probe_floor(&pins);
-                                if (fast(before) && fast(after)) || redo == max_redos {
-                                    floors.extend([before, after]);
-                                    break h;
-                                }
-                                redo += 1;
-                                redone += 1;
-                            };
+                            let h = kept_run(
+                                &pins,
+                                run_wait,
+                                max_redos,
+                                &mut floors,
+                                &mut redone,
+                                || {
+                                    thread::scope(|s| {
+                                        s.spawn(|| latency(bus, &pins, subs, period, samples))
+                                            .join()
+                                            .unwrap()
+                                    })
+                                },
+                            );
                             let q = [0.5, 0.9, 0.99, 0.999].map(|q| h.value_at_quantile(q) as f64);
                             [q[0], q[1], q[2], q[3], h.max() as f64]
                         });
