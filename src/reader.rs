@@ -169,6 +169,17 @@ impl<T: Send + Sync + 'static> Reader<T> {
         self.log.reserved_beyond(self.next)
     }
 
+    /// Starts loading the next record's cache line (a hint): for a reader that waited for it,
+    /// whose record was just written on the producer's core.
+    pub(crate) fn prefetch_next(&self) {
+        if let Some(seg) = self.seg.as_deref() {
+            let i = self.next.wrapping_sub(seg.base());
+            if i < seg.len() as u64 {
+                seg.prefetch_value(i as usize);
+            }
+        }
+    }
+
     /// Whether records already looked up are waiting to be taken.
     pub(crate) fn has_ready(&self) -> bool {
         self.next < self.ready
@@ -331,9 +342,6 @@ impl<T: Send + Sync + 'static> Reader<T> {
         if let Some(seg) = self.seg.as_deref() {
             let end = self.log.ready_end(seg, self.next, limit);
             if end > self.next {
-                // The first record's line is on the producer's core: start fetching it now, so
-                // the transfer overlaps the way back to the caller, who reads it next.
-                seg.prefetch_value((self.next - seg.base()) as usize);
                 // Caught up: the run stopped at what was published, not at `limit` or the
                 // segment's end (see `wait_any` for what that changes).
                 let cap = (seg.base() + seg.len() as u64).min(self.next.saturating_add(limit));
