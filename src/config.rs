@@ -44,9 +44,10 @@ pub enum Overflow {
 /// producers and taken everything it found pauses before it looks again, yielding at least once
 /// and for a time in proportion to the run it took (8 ns a record, at most 4 µs): readers that
 /// share a core take turns, and a reader with a core to itself lets records pile up instead of
-/// pulling the producer's cache lines over a few records at a time. A reader that has not caught up never yields. While a multi-producer
-/// publish is in flight at its position (reserved, not yet published) a reader yields rather than
-/// parks: that publisher is only descheduled and will publish as soon as it runs. A publisher
+/// pulling the producer's cache lines over a few records at a time. A reader that has not caught
+/// up never yields. While a multi-producer publish is in flight at its position (reserved, not
+/// yet published) a reader yields rather than parks: that publisher is only descheduled and will
+/// publish as soon as it runs. A publisher
 /// blocked by [`Overflow::Block`] lengthens its yielding (doubling it, up to 16 × `yield_for`)
 /// while its parks keep ending sooner than that: a park costs the readers, the bottleneck then, a
 /// barrier on their cores and a wake-up call; a park that lasts longer puts it back to `yield_for`.

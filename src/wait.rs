@@ -9,9 +9,8 @@
 //! (see `log`). Before all that, a reader that just caught up with the producers pauses, yielding,
 //! in proportion to the run it took (`batch_pause`): readers that share a core take turns, and a
 //! reader alone on its core stops pulling the producer's freshly written cache lines a few records
-//! at a time. And a
-//! reader whose position is reserved but not yet published (a multi-producer publish in flight)
-//! keeps yielding instead of parking.
+//! at a time. And a reader whose position is reserved but not yet published (a multi-producer
+//! publish in flight) keeps yielding instead of parking.
 //!
 //! A consumer reading several partitions waits on all of them at once: its readers share one waker,
 //! and the parking step announces it in every partition's log before sleeping.
@@ -128,24 +127,20 @@ pub(crate) fn wait_any<T: Send + Sync + 'static>(
     // (the published end, the slot being written) a few records at a time, each look costing the
     // producer a cache-line transfer: the longer the run, the faster the stream, and the longer
     // it pays to let records pile up. The pause is timed rather than counted in yields: a
-    // `sched_yield` on the 2-core VM takes from ~0.1 to ~0.6 µs depending on the phase the host puts
-    // it in, and a fixed count (it was 1 + n/128, at most 8) left a 1→1 loop's runs anywhere from
-    // ~40 to ~1200 records (45–240 M/s) where the timed pause keeps them at ~1600 (~290 M/s). A sparse
-    // stream (runs of one or two) yields once, as before, so its latency does not change.
+    // `sched_yield` on the 2-core VM takes from ~0.1 to ~0.6 µs depending on the phase the host
+    // puts it in, and a fixed count (it was 1 + n/128, at most 8) left a 1→1 loop's runs anywhere
+    // from ~40 to ~1200 records (45–240 M/s) where the timed pause keeps them at ~1600 (~290 M/s).
+    // A sparse stream (runs of one or two) yields once, as before, so its latency does not change.
     if wait.yield_after_batch && readers.iter().all(|r| !r.has_ready()) {
         let fed = readers.iter_mut().fold(0, |fed, r| r.take_fed().max(fed));
         if fed > 0 {
             let pause = batch_pause(fed);
-            if pause < SHORTEST_YIELD {
-                // One yield is the pause: no clock reads for a sparse stream.
+            // A pause shorter than any yield is one yield: no clock reads for a sparse stream.
+            let start = (pause >= SHORTEST_YIELD).then(Instant::now);
+            loop {
                 yield_now();
-            } else {
-                let start = Instant::now();
-                loop {
-                    yield_now();
-                    if start.elapsed() >= pause {
-                        break;
-                    }
+                if start.is_none_or(|t| t.elapsed() >= pause) {
+                    break;
                 }
             }
         }

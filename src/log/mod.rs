@@ -299,9 +299,7 @@ impl<T: Send + Sync + 'static> Log<T> {
             #[cfg(feature = "tracing")]
             label: (String::new(), 0),
             max_bytes: config.max_bytes.clone(),
-            max_age_nanos: config
-                .max_age
-                .map(|d| d.as_nanos().min(u64::MAX as u128) as u64),
+            max_age_nanos: config.max_age.map(nanos),
             overflow: config.overflow,
             timestamps: config.timestamps,
             fast: config.max_bytes.is_none(),
@@ -824,7 +822,8 @@ impl<T: Send + Sync + 'static> Log<T> {
         // takes whatever room woke it, so a wake-up never leads straight to another park.
         let resume = n.max((1u64 << self.shift).min(self.max_records.unwrap_or(0) / 4));
         let mut want = n; // the first look (and the first after a park) asks for `n` only
-                          // Relaxed: a tuning hint; any value any publisher stored is a valid window.
+
+        // Relaxed: a tuning hint; any value any publisher stored is a valid window.
         let yield_for = Duration::from_nanos(self.block_yield_nanos.load(Ordering::Relaxed));
         loop {
             if self.is_closed() {
@@ -880,8 +879,12 @@ impl<T: Send + Sync + 'static> Log<T> {
         } else {
             base
         };
-        // Relaxed: as above; racing publishers each store a window within the bounds.
-        self.block_yield_nanos.store(next, Ordering::Relaxed);
+        // Unchanged (at the cap, or at `yield_for`) is not stored: the word shares a line with
+        // what every publish reads.
+        if next != now {
+            // Relaxed: as above; racing publishers each store a window within the bounds.
+            self.block_yield_nanos.store(next, Ordering::Relaxed);
+        }
     }
 
     /// Reserves `n` offsets for a multi-producer publish; applies the overflow policy.
