@@ -11,7 +11,10 @@ pub enum Producers {
     #[default]
     Multi,
     /// One producer at a time, through one [`Producer`](crate::Producer) handle: offsets are reserved
-    /// with no read-modify-write at all and published with a watermark. Fastest path.
+    /// with no read-modify-write at all and published with a watermark. Fastest path, and by far
+    /// where readers have cores of their own: each multi-producer `fetch_add` waits for the lines
+    /// readers just read to come back (on a 16-core machine one producer published 1→2 at
+    /// 18 M records/s on a `Multi` topic, 261 M on a `Single` one; see the README).
     Single,
 }
 

@@ -84,6 +84,26 @@ pub(crate) fn prefetch<T>(p: *const T) {
     let _ = p;
 }
 
+/// Asks the CPU to start fetching the cache line at `p` for writing (`prefetchw`: the line comes
+/// in exclusive, so a later store does not wait for other cores to let go of it). A hint that
+/// writes nothing and never faults, whatever the address.
+#[inline(always)]
+pub(crate) fn prefetch_write<T>(p: *const T) {
+    #[cfg(all(not(loom), target_arch = "x86_64"))]
+    // `prefetchw` itself rather than `_mm_prefetch::<_MM_HINT_ET0>`, which without the `prfchw`
+    // target feature compiles to a read prefetch; CPUs that lack it execute it as a no-op.
+    // SAFETY: a prefetch is a hint: it never faults and changes no memory and no flags.
+    unsafe {
+        std::arch::asm!(
+            "prefetchw byte ptr [{p}]",
+            p = in(reg) p,
+            options(nostack, preserves_flags, readonly),
+        )
+    };
+    #[cfg(any(loom, not(target_arch = "x86_64")))]
+    let _ = p;
+}
+
 /// A hint inside a busy-wait loop. Under loom it yields, so that the model can make progress.
 #[inline]
 pub(crate) fn spin_hint() {

@@ -3,14 +3,15 @@
 //!
 //! ```text
 //! cargo run --release -p logbus-perf -- [all|tput|batch|lat|lat-slow|idle|memory|floor] [--quick]
-//!                                       [--records N] [--runs K] [--samples S]
+//!                                       [--records N] [--runs K] [--samples S] [--no-wait]
 //! ```
 //!
 //! Every contender implements [`Bus`]: it starts `subscribers` consumer threads that each call a
 //! sink for every message, in order, and hands back `producers` senders. The scenarios are generic
 //! over `Bus`, so each library runs monomorphized code, with no dynamic dispatch per message.
-//! Threads are pinned: producers on the first core, subscribers round-robin over the others (all on
-//! core 1 on a 2-core machine). Before each run of each contender the core-to-core round trip is
+//! Threads are pinned, each to its own physical core where there are enough (see [`Pins`]);
+//! otherwise producers on the first core, subscribers round-robin over the others (all on core 1
+//! on a 2-core machine). Before each run of each contender the core-to-core round trip is
 //! probed; the harness waits (bounded) for the VM's fast state, and each table's title gives the
 //! range of the probes its runs started from (a run that started slow is there to see). Each
 //! figure is the median of `--runs` runs, with min and max. Tables are printed and written to
@@ -32,29 +33,71 @@ use logbus::{Overflow, ReadError, Start, Topic, TopicConfig};
 // ------------------------------------------------------------------------------------------------
 // Placement.
 
-/// Where threads go: producers on the first core, subscribers round-robin on the others.
+/// Where threads go. Where there are cores enough, every thread has its own: producers on the
+/// first cores, one each, subscribers on the next ones. Otherwise (the 2-core case) producers share
+/// the first core and subscribers go round-robin on the others. Cores are ordered so that the first
+/// logical CPU of each physical core comes before any SMT sibling: two threads never share a
+/// physical core while a free one is left.
 #[derive(Clone)]
 struct Pins {
     cores: Vec<core_affinity::CoreId>,
+    /// How many of the first cores the producers take (1 unless each producer gets its own).
+    producer_cores: usize,
 }
 
 impl Pins {
     fn new() -> Self {
+        let ids: Vec<usize> = core_affinity::get_core_ids()
+            .unwrap_or_default()
+            .iter()
+            .map(|c| c.id)
+            .collect();
+        // (package, core) of a logical CPU, from sysfs.
+        let topology = |id: usize| {
+            let read = |f: &str| {
+                std::fs::read_to_string(format!("/sys/devices/system/cpu/cpu{id}/topology/{f}"))
+                    .ok()
+                    .and_then(|s| s.trim().parse::<usize>().ok())
+            };
+            (read("physical_package_id"), read("core_id"))
+        };
+        Pins::from_ids(siblings_last(&ids, topology))
+    }
+
+    fn from_ids(ids: Vec<usize>) -> Self {
         Pins {
-            cores: core_affinity::get_core_ids().unwrap_or_default(),
+            cores: ids
+                .into_iter()
+                .map(|id| core_affinity::CoreId { id })
+                .collect(),
+            producer_cores: 1,
         }
     }
 
-    fn producer(&self) {
-        if let Some(c) = self.cores.first() {
-            core_affinity::set_for_current(*c);
+    /// The placement for a run with `producers` producers.
+    fn for_producers(&self, producers: usize) -> Pins {
+        let own = producers > 1 && self.cores.len() >= producers + 2;
+        Pins {
+            cores: self.cores.clone(),
+            producer_cores: if own { producers } else { 1 },
+        }
+    }
+
+    fn producer_core(&self, p: usize) -> Option<core_affinity::CoreId> {
+        self.cores.get(p % self.producer_cores).copied()
+    }
+
+    fn producer(&self, p: usize) {
+        if let Some(c) = self.producer_core(p) {
+            core_affinity::set_for_current(c);
         }
     }
 
     fn subscriber_core(&self, i: usize) -> usize {
+        let first = self.producer_cores;
         match self.cores.len() {
-            0 | 1 => 0,
-            n => self.cores[1 + i % (n - 1)].id,
+            n if n <= first => self.cores.first().map_or(0, |c| c.id),
+            n => self.cores[first + i % (n - first)].id,
         }
     }
 
@@ -70,15 +113,41 @@ impl Pins {
         if self.cores.is_empty() {
             return "unpinned".into();
         }
-        let subs: Vec<String> = (0..subscribers)
-            .map(|i| self.subscriber_core(i).to_string())
+        let list = |ids: Vec<usize>| {
+            ids.iter()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let pins = self.for_producers(producers);
+        let prods = (0..producers)
+            .filter_map(|p| pins.producer_core(p).map(|c| c.id))
             .collect();
+        let subs = (0..subscribers).map(|i| pins.subscriber_core(i)).collect();
         format!(
-            "{producers} producer(s) on core {}, subscribers on cores [{}]",
-            self.cores[0].id,
-            subs.join(",")
+            "{producers} producer(s) on cores [{}], subscribers on cores [{}]",
+            list(prods),
+            list(subs)
         )
     }
+}
+
+/// Logical CPUs in order, the first of each physical core (as `topology` names it: package and
+/// core id; a CPU whose core id is unknown counts as a core of its own) before its SMT siblings.
+fn siblings_last(
+    ids: &[usize],
+    topology: impl Fn(usize) -> (Option<usize>, Option<usize>),
+) -> Vec<usize> {
+    let mut seen = std::collections::HashSet::new();
+    let mut keyed: Vec<(bool, usize)> = ids
+        .iter()
+        .map(|&id| {
+            let t = topology(id);
+            (t.1.is_some() && !seen.insert(t), id)
+        })
+        .collect();
+    keyed.sort();
+    keyed.into_iter().map(|(_, id)| id).collect()
 }
 
 /// One-way core-to-core latency: two pinned threads bounce one cache line; half the round trip.
@@ -98,7 +167,7 @@ fn probe_floor(pins: &Pins) -> Duration {
             }
         });
         s.spawn(|| {
-            pins.producer();
+            pins.producer(0);
             let start = Instant::now();
             for i in 0..rounds {
                 line.store(2 * i + 1, Ordering::Release);
@@ -821,6 +890,7 @@ fn tput<B: Bus>(
     if !runs_here(bus, o, producers) {
         return None;
     }
+    let pins = &pins.for_producers(producers);
     let per = o.records / producers as u64;
     let total = per * producers as u64;
     let done = Arc::new(Mutex::new(Vec::new()));
@@ -839,7 +909,7 @@ fn tput<B: Bus>(
         .map(|(p, mut tx)| {
             let (barrier, pins) = (barrier.clone(), pins.clone());
             thread::spawn(move || {
-                pins.producer();
+                pins.producer(p);
                 barrier.wait();
                 if batch {
                     let mut buf = Vec::with_capacity(256);
@@ -912,7 +982,7 @@ fn latency<B: Bus>(
     let mut tx = txs.into_iter().next().unwrap();
     let pins2 = pins.clone();
     thread::spawn(move || {
-        pins2.producer();
+        pins2.producer(0);
         thread::sleep(Duration::from_millis(20)); // let the subscribers start waiting
         let start = base.elapsed();
         for k in 0..total {
@@ -1153,10 +1223,13 @@ fn main() {
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
+    // A machine whose floor does not move (not this VM): probe and print, never wait or redo.
+    let steady = quick || args.iter().any(|a| a == "--no-wait");
     let mut i = 0;
     while i < args.len() {
         let num = |i: usize| args.get(i).and_then(|s| s.parse::<u64>().ok());
         match args[i].as_str() {
+            "--no-wait" => {}
             "--quick" => {
                 o.records = 200_000;
                 o.runs = 1;
@@ -1214,12 +1287,13 @@ fn main() {
         o.slow_samples,
         o.runs
     ));
-    let floor_now = |pins: &Pins| wait_for_fast_state(pins, FAST, Duration::from_secs(20));
+    let table_wait = Duration::from_secs(if steady { 0 } else { 20 });
+    let floor_now = |pins: &Pins| wait_for_fast_state(pins, FAST, table_wait);
     // Before each run: a shorter wait, so that a long slow phase costs minutes, not hours (and
     // none in the quick smoke run, which only checks that everything runs).
-    let run_wait = Duration::from_secs(if quick { 0 } else { 2 });
-    // The quick smoke run keeps every run (see `kept_run`).
-    let max_redos = if quick { 0 } else { MAX_REDOS };
+    let run_wait = Duration::from_secs(if steady { 0 } else { 2 });
+    // The quick smoke run (and `--no-wait`) keeps every run (see `kept_run`).
+    let max_redos = if steady { 0 } else { MAX_REDOS };
 
     if want("floor") {
         let f = floor_now(&pins);
@@ -1498,5 +1572,45 @@ fn fmt_ns(v: f64) -> String {
         format!("{} µs", v / 1e3)
     } else {
         format!("{v} ns")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn placement(cores: usize, producers: usize, subs: usize) -> (Vec<usize>, Vec<usize>) {
+        let pins = Pins::from_ids((0..cores).collect()).for_producers(producers);
+        let prods = (0..producers)
+            .map(|p| pins.producer_core(p).unwrap().id)
+            .collect();
+        let subs = (0..subs).map(|i| pins.subscriber_core(i)).collect();
+        (prods, subs)
+    }
+
+    #[test]
+    fn every_thread_gets_its_own_core_where_there_are_enough() {
+        assert_eq!(placement(16, 1, 4), (vec![0], vec![1, 2, 3, 4]));
+        assert_eq!(placement(16, 2, 2), (vec![0, 1], vec![2, 3]));
+    }
+
+    #[test]
+    fn on_two_cores_producers_share_the_first_and_subscribers_the_second() {
+        assert_eq!(placement(2, 1, 4), (vec![0], vec![1, 1, 1, 1]));
+        assert_eq!(placement(2, 2, 2), (vec![0, 0], vec![1, 1]));
+        assert_eq!(placement(3, 2, 2), (vec![0, 0], vec![1, 2]));
+    }
+
+    #[test]
+    fn smt_siblings_come_after_every_physical_core() {
+        // CPUs 0-3 on cores 0,1 of package 0 (siblings 0/2 and 1/3), CPU 4 with no topology.
+        let topo = |id: usize| match id {
+            4 => (None, None),
+            id => (Some(0), Some(id % 2)),
+        };
+        assert_eq!(siblings_last(&[0, 1, 2, 3, 4], topo), vec![0, 1, 4, 2, 3]);
+        // The same core id in two packages is two cores.
+        let two = |id: usize| (Some(id / 2), Some(0));
+        assert_eq!(siblings_last(&[0, 1, 2, 3], two), vec![0, 2, 1, 3]);
     }
 }
