@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The perf harness on a lent many-core machine, as one prepared run (every thread on its own core).
+#
+#   perf/lent-machine.sh build      # here: a static build into .devbin/ (add `/.devbin/` to
+#                                   # .git/info/exclude, and carry .devbin to the machine)
+#   perf/lent-machine.sh run        # there: the fan-out scenarios, output under $OUT (or /tmp)
+#
+# Sized from the first such runs (16-core Xeon, 2026-11-30). With a core per subscriber the channel
+# peers fall to 2–20 M/s, so one run of every tput table costs them ~60 s, while logbus and the
+# Disruptor take ~10 s for all four tables. So logbus and the Disruptor get medians of 5 and the
+# other peers one run (a second pass, its own tables). About 3 minutes in all; each scenario has
+# its own time limit (about 7 minutes together) so that a slow table cannot eat the others, and
+# the output is written as it comes, so a run cut short still brings back what it finished.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bin=.devbin/logbus-perf
+case "${1:-}" in
+build)
+    RUSTFLAGS="-C target-feature=+crt-static" cargo build --release -p logbus-perf \
+        --target x86_64-unknown-linux-gnu --target-dir target/static || exit
+    mkdir -p .devbin
+    cp target/static/x86_64-unknown-linux-gnu/release/logbus-perf "$bin"
+    echo "built $bin; carry .devbin and run: bash perf/lent-machine.sh run"
+    ;;
+run)
+    out=${OUT:-/tmp}
+    { nproc; lscpu | head -20; } > "$out/machine.txt" 2>&1
+    scenario() {
+        local limit=$1 only=$2
+        shift 2
+        echo "=== $* ($(date -u +%T))"
+        timeout "$limit" "$bin" "$@" --no-wait --only "$only" 2>&1 | tee -a "$out/perf.md"
+    }
+    fast="logbus;disruptor;zzz"
+    scenario 90 "$fast" tput --runs 5
+    scenario 60 "$fast" lat --runs 5
+    scenario 60 "$fast" batch --runs 3
+    scenario 45 "$fast" lat-slow --runs 3
+    # The channel peers, one run ("bus" also selects the logbus rows again, which cost little).
+    peers="crossbeam;kanal;tokio;bus;multiqueue2;zzz"
+    scenario 120 "$peers" tput --runs 1
+    scenario 40 "$peers" lat --runs 1
+    echo "=== done ($(date -u +%T))"
+    ;;
+*)
+    echo "usage: $0 build|run" >&2
+    exit 2
+    ;;
+esac
