@@ -13,8 +13,8 @@ pub enum Producers {
     /// One producer at a time, through one [`Producer`](crate::Producer) handle: offsets are reserved
     /// with no read-modify-write at all and published with a watermark. Fastest path, and by far
     /// where readers have cores of their own: each multi-producer `fetch_add` waits for the lines
-    /// readers just read to come back (on a 16-core machine one producer published 1→2 at
-    /// 18 M records/s on a `Multi` topic, 261 M on a `Single` one; see the README).
+    /// readers just read to come back (on a 16-core machine one producer published 1→2 at about
+    /// 25 M records/s on a `Multi` topic, about 290 M on a `Single` one; see the README).
     Single,
 }
 
@@ -50,10 +50,10 @@ pub enum Overflow {
 /// pulling the producer's cache lines over a few records at a time. A reader that has not caught
 /// up never yields. While a multi-producer publish is in flight at its position (reserved, not
 /// yet published) a reader yields rather than parks: that publisher is only descheduled and will
-/// publish as soon as it runs. A publisher
-/// blocked by [`Overflow::Block`] lengthens its yielding (doubling it, up to 16 × `yield_for`)
-/// while its parks keep ending sooner than that: a park costs the readers, the bottleneck then, a
-/// barrier on their cores and a wake-up call; a park that lasts longer puts it back to `yield_for`.
+/// publish as soon as it runs. A publisher blocked by [`Overflow::Block`] lengthens its yielding
+/// (doubling it, up to 16 × `yield_for`) while its parks keep ending sooner than that: a park
+/// costs the readers, the bottleneck then, a barrier on their cores and a wake-up call; a park
+/// that lasts longer puts it back to `yield_for`.
 ///
 /// The defaults were measured on a 2-core VM (see the README): polling lands a record paced every
 /// 2 µs within ~100 ns; yielding before parking avoids the ~19 µs futex wake-up for records paced up

@@ -1329,6 +1329,9 @@ impl<T: Send + Sync + 'static> Log<T> {
     unsafe fn write_in(&self, seg: &Segment<T>, offset: u64, value: T, meta: Meta, size: u64) {
         let i = (offset & self.mask) as usize;
         seg.prefetch_ahead(i);
+        if !self.single {
+            seg.prefetch_stamp_ahead(i);
+        }
         // SAFETY: `i = offset & mask` is below the segment's `mask + 1` slots; the rest is this
         // function's contract.
         unsafe { seg.write(i, value, meta) };
