@@ -157,6 +157,35 @@ impl<T> UnsafeCell<T> {
     }
 }
 
+/// Moves `cells.len()` values from `src` into `cells`: one copy outside loom (our cell is
+/// `repr(transparent)` over std's, which is laid out like its contents, so the cells are an array
+/// of `T`), cell by cell under loom, whose cells track each access.
+///
+/// # Safety
+/// The caller has exclusive access to every cell, and `src` points to `cells.len()` initialized
+/// values, outside `cells`, that it gives up: they are moved, and must not be used or dropped again.
+#[inline]
+pub(crate) unsafe fn move_into<T>(cells: &[UnsafeCell<std::mem::MaybeUninit<T>>], src: *const T) {
+    #[cfg(not(loom))]
+    {
+        let first = cells
+            .as_ptr()
+            .cast::<std::cell::UnsafeCell<std::mem::MaybeUninit<T>>>();
+        let dst = std::cell::UnsafeCell::raw_get(first).cast::<T>();
+        // SAFETY: `dst` is derived from the whole slice, whose cells hold `T`s contiguously (see
+        // above) and may be written through a shared reference (they are `UnsafeCell`s) by the
+        // caller, who has exclusive access; `src` holds `cells.len()` values outside them.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, cells.len()) };
+    }
+    #[cfg(loom)]
+    for (k, cell) in cells.iter().enumerate() {
+        cell.with_mut(|p| {
+            // SAFETY: exclusive access to the cell, and value `k` of `src` is moved out once.
+            unsafe { (*p).write(src.add(k).read()) };
+        });
+    }
+}
+
 // ---------------------------------------------------------------------------------------------------
 // The futex.
 

@@ -1264,37 +1264,58 @@ impl<T: Send + Sync + 'static> Log<T> {
             self.reserve_multi(n, self.overflow)
                 .map_err(|r| r.with(()))?
         };
-        // Draining a Vec runs no user code (I6); the values move straight into their slots, one
-        // segment's run at a time (the segment is looked up once per run, not per value).
         let end = first + n;
-        let mut drain = values.drain(..);
-        let mut offset = first;
-        while offset < end {
-            let run_end = (((offset >> self.shift) + 1) << self.shift).min(end);
-            let run = (offset..run_end).zip(&mut drain);
-            match w.segment(self, offset >> self.shift) {
-                // The common case in a tight loop: one writer, no sizes to count, no stamps.
-                Some(seg) if self.single && self.fast => {
-                    for (o, value) in run {
-                        let i = (o & self.mask) as usize;
-                        seg.prefetch_ahead(i);
-                        // SAFETY: `i` is inside the segment (`o & mask`); `o` is reserved by the
-                        // single writer and unpublished, and `seg`, its segment, is held by `w`.
-                        unsafe { seg.write(i, value, meta) };
-                    }
+        if self.single && self.fast {
+            // The common case in a tight loop: one writer, no sizes to count. The values are
+            // moved out of the Vec by copying its buffer, one copy per segment's run. Emptied
+            // first, so that nothing below can drop a value twice; moving bytes runs no user
+            // code (I6).
+            let src = values.as_mut_ptr();
+            // SAFETY: the first `n` elements are initialized; from here they are ours to move.
+            unsafe { values.set_len(0) };
+            let mut offset = first;
+            while offset < end {
+                let run_end = (((offset >> self.shift) + 1) << self.shift).min(end);
+                let (k, len) = ((offset - first) as usize, (run_end - offset) as usize);
+                // Values `k..k + len` of the buffer are initialized and neither moved nor
+                // dropped yet (runs do not overlap).
+                match w.segment(self, offset >> self.shift) {
+                    // SAFETY: `offset..run_end` is inside the segment, reserved by the single
+                    // writer and unpublished, and `seg`, its segment, is held by `w`; the values
+                    // are as above, and are moved once.
+                    Some(seg) => unsafe {
+                        seg.write_values((offset & self.mask) as usize, src.add(k), len, meta)
+                    },
+                    // Trimmed already (see `write`): the values are dropped here, exactly once.
+                    // SAFETY: the values are as above, and dropped once.
+                    None => unsafe {
+                        std::ptr::drop_in_place(std::ptr::slice_from_raw_parts_mut(src.add(k), len))
+                    },
                 }
-                Some(seg) => {
-                    for (o, value) in run {
-                        let size = sizes.get((o - first) as usize).copied().unwrap_or(0);
-                        // SAFETY: `o` is reserved by us and unpublished, and `seg` is its
-                        // segment, which `w` holds.
-                        unsafe { self.write_in(seg, o, value, meta, size) };
-                    }
-                }
-                // Trimmed already (see `write`): the values are dropped here, exactly once.
-                None => run.for_each(|(_, value)| drop(value)),
+                offset = run_end;
             }
-            offset = run_end;
+        } else {
+            // Draining a Vec runs no user code (I6); the values move into their slots one by
+            // one, one segment's run at a time (the segment is looked up once per run).
+            let mut drain = values.drain(..);
+            let mut offset = first;
+            while offset < end {
+                let run_end = (((offset >> self.shift) + 1) << self.shift).min(end);
+                let run = (offset..run_end).zip(&mut drain);
+                match w.segment(self, offset >> self.shift) {
+                    Some(seg) => {
+                        for (o, value) in run {
+                            let size = sizes.get((o - first) as usize).copied().unwrap_or(0);
+                            // SAFETY: `o` is reserved by us and unpublished, and `seg` is its
+                            // segment, which `w` holds.
+                            unsafe { self.write_in(seg, o, value, meta, size) };
+                        }
+                    }
+                    // Trimmed already (see `write`): the values are dropped here, exactly once.
+                    None => run.for_each(|(_, value)| drop(value)),
+                }
+                offset = run_end;
+            }
         }
         if self.single {
             w.next = first + n;

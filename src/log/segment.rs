@@ -41,8 +41,8 @@ use std::ptr::NonNull;
 use crate::clock;
 
 use crate::sync::{
-    fence, lock, prefetch, prefetch_write, Arc, AtomicPtr, AtomicU64, AtomicUsize, Mutex, Ordering,
-    UnsafeCell,
+    fence, lock, move_into, prefetch, prefetch_write, Arc, AtomicPtr, AtomicU64, AtomicUsize,
+    Mutex, Ordering, UnsafeCell,
 };
 
 /// A cache line, and how far ahead producers fetch the lines they will write (see
@@ -206,12 +206,48 @@ impl<T> Segment<T> {
         debug_assert!(i < self.len());
         // SAFETY: `i < len` (the caller's contract), and every array has `len` slots.
         let value_cell = unsafe { self.values.get_unchecked(i) };
-        // SAFETY: as above.
-        let time_cell = unsafe { self.times.get_unchecked(i) };
         value_cell.with_mut(|p| {
             // SAFETY: exclusive access to an unpublished, reserved slot (the caller's contract).
             unsafe { (*p).write(value) };
         });
+        // SAFETY: the caller's contract, passed on.
+        unsafe { self.write_meta(i, meta) };
+    }
+
+    /// Moves `n` values from `src` into slots `i..i + n` as one copy (a batch publish's run), each
+    /// with the metadata `meta`, and fetches the lines past them for writing as
+    /// [`Segment::prefetch_ahead`] does, once per line rather than per slot.
+    ///
+    /// # Safety
+    /// `i + n <= self.len()`; the caller reserved those offsets, has not published them, and holds
+    /// a reference to the segment (as for [`Segment::write`]); `src` points to `n` initialized
+    /// values that the caller gives up (moved: it must not use or drop them again).
+    #[inline]
+    pub(crate) unsafe fn write_values(&self, i: usize, src: *const T, n: usize, meta: Meta) {
+        debug_assert!(i + n <= self.len());
+        let per_line = (LINE / std::mem::size_of::<T>().max(1)).max(1);
+        let mut line = i.next_multiple_of(per_line);
+        while line < i + n {
+            self.prefetch_ahead(line);
+            line += per_line;
+        }
+        // SAFETY: slots `i..i + n` exist and are the caller's alone; `src` holds `n` values the
+        // caller gives up (the caller's contract).
+        unsafe { move_into(&self.values[i..i + n], src) };
+        if meta.ts_and_flag != 0 {
+            for k in i..i + n {
+                // SAFETY: as above, `k < len`.
+                unsafe { self.write_meta(k, meta) };
+            }
+        }
+    }
+
+    /// Writes the metadata of slot `i` (see [`Segment::write`]).
+    ///
+    /// # Safety
+    /// As for [`Segment::write`].
+    #[inline(always)]
+    unsafe fn write_meta(&self, i: usize, meta: Meta) {
         // A zero word (no timestamp, no key) is not written: the slot's word is already 0
         // (segments start zeroed, and the pool zeroes a reused one that may hold a key's flag),
         // which spares topics without timestamps a store per record.
@@ -227,6 +263,8 @@ impl<T> Segment<T> {
             // SAFETY: the caller's contract, passed on.
             unsafe { self.write_rare(i, meta) }
         };
+        // SAFETY: `i < len` (the caller's contract), and every array has `len` slots.
+        let time_cell = unsafe { self.times.get_unchecked(i) };
         time_cell.with_mut(|p| {
             let p = p.cast::<u8>();
             // Two stores (4 and 2 bytes); written as a byte array, the compiler emits six.
