@@ -572,7 +572,9 @@ impl<T: Send + Sync + 'static> Producer<T> {
     /// Publishes values as one contiguous run in one partition (round-robin), with one reservation
     /// and one wake-up check. The iterator is drained into a buffer this producer reuses before
     /// anything is reserved (so a panic in it publishes nothing, and a warm producer allocates
-    /// nothing). On error the values are handed back.
+    /// nothing). On a single-producer topic without byte retention the buffer then goes into the
+    /// log in one copy per segment it spans, rather than value by value. On error the values are
+    /// handed back.
     pub fn publish_batch<I: IntoIterator<Item = T>>(
         &mut self,
         values: I,
