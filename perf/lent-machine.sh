@@ -3,7 +3,12 @@
 #
 #   perf/lent-machine.sh build      # here: a static build into .devbin/ (add `/.devbin/` to
 #                                   # .git/info/exclude, and carry .devbin to the machine)
-#   perf/lent-machine.sh run        # there: the fan-out scenarios, output under $OUT (or /tmp)
+#   perf/lent-machine.sh build-b REV  # here: the same for a git revision (a branch to compare),
+#                                   # into .devbin/logbus-perf-b
+#   perf/lent-machine.sh run        # there: the fan-out scenarios, output under $OUT (or /tmp);
+#                                   # with a -b binary, first an A/B of the two (see `ab`)
+#   perf/lent-machine.sh ab [ARGS]  # there: the two binaries alternated, 3 rounds, on ARGS
+#                                   # (default: the multi-producer fan-outs), into $OUT/ab.md
 #
 # Sized from the first such runs (16-core Xeon, 2026-11-30). With a core per subscriber the channel
 # peers fall to 2–20 M/s, so one run of every tput table costs them ~60 s, while logbus and the
@@ -22,6 +27,30 @@ build)
     cp target/static/x86_64-unknown-linux-gnu/release/logbus-perf "$bin"
     echo "built $bin; carry .devbin and run: bash perf/lent-machine.sh run"
     ;;
+build-b)
+    rev=${2:?usage: $0 build-b REV}
+    root=$PWD tree=$(mktemp -d)
+    git worktree add --detach "$tree" "$rev" >/dev/null || exit
+    (cd "$tree" && RUSTFLAGS="-C target-feature=+crt-static" cargo build --release \
+        -p logbus-perf --target x86_64-unknown-linux-gnu --target-dir "$root/target/static-b")
+    rc=$?
+    mkdir -p .devbin
+    [ $rc -eq 0 ] && cp target/static-b/x86_64-unknown-linux-gnu/release/logbus-perf "$bin-b"
+    git worktree remove --force "$tree"
+    [ $rc -eq 0 ] && echo "built $bin-b from $rev"
+    exit $rc
+    ;;
+ab)
+    out=${OUT:-/tmp}
+    shift
+    [ $# -gt 0 ] || set -- tput --only "multi producer, ring-like;Sleep;zzz" --runs 3
+    for round in 1 2 3; do
+        for b in "$bin" "$bin-b"; do
+            echo "=== ab round $round: $b $* ($(date -u +%T))" | tee -a "$out/ab.md"
+            timeout 60 "$b" "$@" --no-wait 2>&1 | grep -E '^## |ring-like|Sleep' | tee -a "$out/ab.md"
+        done
+    done
+    ;;
 run)
     out=${OUT:-/tmp}
     { nproc; lscpu | head -20; } > "$out/machine.txt" 2>&1
@@ -31,6 +60,7 @@ run)
         echo "=== $* ($(date -u +%T))"
         timeout "$limit" "$bin" "$@" --no-wait --only "$only" 2>&1 | tee -a "$out/perf.md"
     }
+    [ -x "$bin-b" ] && timeout 240 "$0" ab
     fast="logbus;disruptor;zzz"
     scenario 90 "$fast" tput --runs 5
     scenario 60 "$fast" lat --runs 5
@@ -43,7 +73,7 @@ run)
     echo "=== done ($(date -u +%T))"
     ;;
 *)
-    echo "usage: $0 build|run" >&2
+    echo "usage: $0 build|build-b REV|run|ab [ARGS]" >&2
     exit 2
     ;;
 esac
