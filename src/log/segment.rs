@@ -317,8 +317,9 @@ impl<T> Segment<T> {
     }
 
     /// Asks the CPU to start fetching, for writing, the cache line that holds the value of slot
-    /// `i + ahead`, where `ahead` is about 8 cache lines. Called by producers for every slot; only
-    /// the first slot of a line issues a prefetch. The lines they are about to write were last
+    /// `i + ahead`, where `ahead` is about 8 cache lines. Called by producers for every slot (a
+    /// batch's run, [`Segment::write_values`], for the first of each line only); only the first
+    /// slot of a line issues a prefetch. The lines they are about to write were last
     /// read by the readers a whole retention window ago, so without it each store waits for its
     /// line to come back. A hint only: no effect outside x86-64, under loom, or past the
     /// segment's end.
