@@ -31,15 +31,16 @@ use crate::{
 /// one settles at short runs and short pauses (a paced stream's runs of one pause 32 ns: one
 /// yield).
 ///
-/// It was 8 ns (a threshold of 125 M/s) until this VM showed what that costs: the rate where runs
-/// stop growing sat inside the range a saturated producer runs at when line transfers are slow
-/// (its slowest state, a one-way floor of 150–250 ns: 50–80 M/s), so there the readers' pauses
-/// shrank to one yield and their looks, each taking the producer's current line and the published
-/// end, slowed the producer further. Alternating 8 and 32 ns builds: the fast state alike for the
-/// ring-like topics (12 rounds of 1→1, 4 of every fan-out), the default many-producer topic 1→1
-/// 32–34 → 35–37 M/s (4 of 4 rounds), the slow-state 1→1 samples 0.68× the Disruptor at 8 ns
-/// against 0.74–1.01× at 32 ns (three), the 2 µs-paced latency unchanged. The price: a stream of 31–125 M/s, whose runs used
-/// to stay short, now batches up to [`MAX_BATCH_PAUSE`] like a faster one.
+/// It was 8 ns (a threshold of 125 M/s) until this VM showed what that costs: the rate where
+/// runs stop growing sat inside the range a saturated producer runs at when line transfers are
+/// slow (its slowest state, a one-way floor of 150–250 ns: 50–80 M/s), so there the readers'
+/// pauses shrank to one yield and their looks, each taking the producer's current line and the
+/// published end, slowed the producer further. Alternating 8 and 32 ns builds: the fast state
+/// alike for the ring-like topics (12 rounds of 1→1, 4 of every fan-out), the default
+/// many-producer topic 1→1 32–34 → 35–37 M/s (4 of 4 rounds), the slow-state 1→1 samples 0.68×
+/// the Disruptor at 8 ns against 0.74–1.01× at 32 ns (three), the 2 µs-paced latency unchanged.
+/// The price: a stream of 31–125 M/s, whose runs used to stay short, now batches up to
+/// [`MAX_BATCH_PAUSE`] like a faster one.
 const PAUSE_PER_RECORD: Duration = Duration::from_nanos(32);
 
 /// The longest pause after a run: what the first record published during it can wait for. Only

@@ -1273,9 +1273,7 @@ impl<T: Send + Sync + 'static> Log<T> {
             let src = values.as_mut_ptr();
             // SAFETY: the first `n` elements are initialized; from here they are ours to move.
             unsafe { values.set_len(0) };
-            let mut offset = first;
-            while offset < end {
-                let run_end = (((offset >> self.shift) + 1) << self.shift).min(end);
+            for (offset, run_end) in self.segment_runs(first, end) {
                 let (k, len) = ((offset - first) as usize, (run_end - offset) as usize);
                 // Values `k..k + len` of the buffer are initialized and neither moved nor
                 // dropped yet (runs do not overlap).
@@ -1292,15 +1290,12 @@ impl<T: Send + Sync + 'static> Log<T> {
                         std::ptr::drop_in_place(std::ptr::slice_from_raw_parts_mut(src.add(k), len))
                     },
                 }
-                offset = run_end;
             }
         } else {
             // Draining a Vec runs no user code (I6); the values move into their slots one by
             // one, one segment's run at a time (the segment is looked up once per run).
             let mut drain = values.drain(..);
-            let mut offset = first;
-            while offset < end {
-                let run_end = (((offset >> self.shift) + 1) << self.shift).min(end);
+            for (offset, run_end) in self.segment_runs(first, end) {
                 let run = (offset..run_end).zip(&mut drain);
                 match w.segment(self, offset >> self.shift) {
                     Some(seg) => {
@@ -1314,7 +1309,6 @@ impl<T: Send + Sync + 'static> Log<T> {
                     // Trimmed already (see `write`): the values are dropped here, exactly once.
                     None => run.for_each(|(_, value)| drop(value)),
                 }
-                offset = run_end;
             }
         }
         if self.single {
@@ -1324,6 +1318,18 @@ impl<T: Send + Sync + 'static> Log<T> {
         }
         self.after_publish(w);
         Ok(first..first + n)
+    }
+
+    /// The offsets `first..end` split at segment boundaries: `(start, end)` of each segment's part.
+    fn segment_runs(&self, first: u64, end: u64) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let mut offset = first;
+        std::iter::from_fn(move || {
+            (offset < end).then(|| {
+                let start = offset;
+                offset = (((start >> self.shift) + 1) << self.shift).min(end);
+                (start, offset)
+            })
+        })
     }
 
     /// Writes (and, multi-producer, publishes) one reserved slot.

@@ -50,6 +50,21 @@ use crate::sync::{
 const LINE: usize = 64;
 const AHEAD: usize = 8 * LINE;
 
+/// Fetches for writing the line `AHEAD` bytes past element `i` of `array`, when `i` is the first
+/// element of a line (for elements up to a line long), and the target is inside the array.
+/// Outside loom our cells and atomics are laid out like their contents, so the array is `len`
+/// contiguous elements of that size.
+#[inline(always)]
+fn fetch_line_ahead<E>(array: &[E], i: usize) {
+    let size = std::mem::size_of::<E>().max(1);
+    if i.is_multiple_of((LINE / size).max(1)) {
+        let target = i + (AHEAD / size).max(1);
+        if target < array.len() {
+            prefetch_write(array.as_ptr().wrapping_add(target));
+        }
+    }
+}
+
 /// One slot of a lazily allocated array (keys, or timestamps too far from the segment's base).
 type WordCell = UnsafeCell<MaybeUninit<u64>>;
 
@@ -317,24 +332,14 @@ impl<T> Segment<T> {
     }
 
     /// Asks the CPU to start fetching, for writing, the cache line that holds the value of slot
-    /// `i + ahead`, where `ahead` is about 8 cache lines. Called by producers for every slot (a
-    /// batch's run, [`Segment::write_values`], for the first of each line only); only the first
-    /// slot of a line issues a prefetch. The lines they are about to write were last
-    /// read by the readers a whole retention window ago, so without it each store waits for its
-    /// line to come back. A hint only: no effect outside x86-64, under loom, or past the
-    /// segment's end.
+    /// `i + ahead`, where `ahead` is about 8 cache lines, when `i` is the first slot of a line
+    /// (producers call it for every slot they write; a batch's run, [`Segment::write_values`],
+    /// for the first of each line). The lines they are about to write were last read by the
+    /// readers a whole retention window ago, so without it each store waits for its line to come
+    /// back. A hint only: no effect outside x86-64, under loom, or past the segment's end.
     #[inline(always)]
     pub(crate) fn prefetch_ahead(&self, i: usize) {
-        let size = std::mem::size_of::<T>().max(1);
-        // The first slot of a line (for values up to a line long).
-        if i.is_multiple_of((LINE / size).max(1)) {
-            let target = i + (AHEAD / size).max(1);
-            if target < self.len() {
-                // Outside loom our `UnsafeCell` is `repr(transparent)` over the std one, so the
-                // array is `len` contiguous values.
-                prefetch_write(self.values.as_ptr().wrapping_add(target));
-            }
-        }
+        fetch_line_ahead(&self.values, i);
     }
 
     /// [`Segment::prefetch_ahead`] for the stamp of slot `i + ahead` (multi-producer logs). A
@@ -343,13 +348,7 @@ impl<T> Segment<T> {
     /// ahead too took a multi-producer 1→1 from 30–45 to 64–72 M records/s).
     #[inline(always)]
     pub(crate) fn prefetch_stamp_ahead(&self, i: usize) {
-        const STAMP: usize = std::mem::size_of::<u64>();
-        if i.is_multiple_of(LINE / STAMP) {
-            let target = i + AHEAD / STAMP;
-            if target < self.stamps.len() {
-                prefetch_write(self.stamps.as_ptr().wrapping_add(target));
-            }
-        }
+        fetch_line_ahead(&self.stamps, i);
     }
 
     /// The value of slot `i`.
