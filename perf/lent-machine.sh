@@ -19,23 +19,25 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=.devbin/logbus-perf
+# A static build of the tree in the current directory into .devbin/$2, with target dir $1.
+static_build() {
+    RUSTFLAGS="-C target-feature=+crt-static" cargo build --release -p logbus-perf \
+        --target x86_64-unknown-linux-gnu --target-dir "$1" || return
+    mkdir -p "$root/.devbin"
+    cp "$1/x86_64-unknown-linux-gnu/release/logbus-perf" "$root/.devbin/$2"
+}
+root=$PWD
 case "${1:-}" in
 build)
-    RUSTFLAGS="-C target-feature=+crt-static" cargo build --release -p logbus-perf \
-        --target x86_64-unknown-linux-gnu --target-dir target/static || exit
-    mkdir -p .devbin
-    cp target/static/x86_64-unknown-linux-gnu/release/logbus-perf "$bin"
+    static_build "$root/target/static" logbus-perf || exit
     echo "built $bin; carry .devbin and run: bash perf/lent-machine.sh run"
     ;;
 build-b)
     rev=${2:?usage: $0 build-b REV}
-    root=$PWD tree=$(mktemp -d)
+    tree=$(mktemp -d)
     git worktree add --detach "$tree" "$rev" >/dev/null || exit
-    (cd "$tree" && RUSTFLAGS="-C target-feature=+crt-static" cargo build --release \
-        -p logbus-perf --target x86_64-unknown-linux-gnu --target-dir "$root/target/static-b")
+    (cd "$tree" && static_build "$root/target/static-b" logbus-perf-b)
     rc=$?
-    mkdir -p .devbin
-    [ $rc -eq 0 ] && cp target/static-b/x86_64-unknown-linux-gnu/release/logbus-perf "$bin-b"
     git worktree remove --force "$tree"
     [ $rc -eq 0 ] && echo "built $bin-b from $rev"
     exit $rc
