@@ -388,15 +388,33 @@ pub(crate) fn init_barriers() {
 /// The fast side of the park/wake handshake: sits between "publish" and "load the parked count".
 #[inline]
 pub(crate) fn light_barrier() {
+    light_barrier_as(light_barrier_is_free());
+}
+
+/// Whether [`light_barrier`] costs nothing at run time in this process (the heavy side issues a
+/// membarrier; the light side only stops the compiler). Settled by [`init_barriers`], after which
+/// it never changes, so a log may keep the answer and spare its hottest path the global's load.
+#[inline]
+pub(crate) fn light_barrier_is_free() -> bool {
     #[cfg(all(not(loom), target_os = "linux"))]
     {
-        if membarrier::available() {
-            // The heavy side's membarrier supplies the hardware barrier; we only stop the compiler.
-            std::sync::atomic::compiler_fence(Ordering::SeqCst);
-            return;
-        }
+        membarrier::available()
     }
-    fence(Ordering::SeqCst);
+    #[cfg(not(all(not(loom), target_os = "linux")))]
+    {
+        false
+    }
+}
+
+/// [`light_barrier`], given what [`light_barrier_is_free`] answered after [`init_barriers`].
+#[inline(always)]
+pub(crate) fn light_barrier_as(free: bool) {
+    if free {
+        // The heavy side's membarrier supplies the hardware barrier; we only stop the compiler.
+        std::sync::atomic::compiler_fence(Ordering::SeqCst);
+    } else {
+        fence(Ordering::SeqCst);
+    }
 }
 
 /// The rare side of the park/wake handshake: sits between "announce I park" and "re-check".

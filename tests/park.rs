@@ -69,6 +69,49 @@ fn a_parked_reader_sleeps_and_costs_no_cpu() {
     assert_eq!(stats.parked_readers, 0);
 }
 
+/// Every kind of log has its own publish path (one or many producers, with or without
+/// timestamps; a single producer without them takes a path of its own), and each must wake a
+/// reader parked on it. The reader's deadline only keeps a missed wake-up from hanging the test.
+#[test]
+fn a_producer_wakes_a_parked_reader_on_every_kind_of_log() {
+    let kinds = [
+        ("many producers", TopicConfig::default()),
+        (
+            "many producers, no timestamps",
+            TopicConfig::default().timestamps(false),
+        ),
+        ("single producer", TopicConfig::default().single_producer()),
+        (
+            "single producer, no timestamps",
+            TopicConfig::default().single_producer().timestamps(false),
+        ),
+    ];
+    for (kind, config) in kinds {
+        let topic = Topic::<u64>::new("kinds", config).unwrap();
+        let mut producer = topic.producer().unwrap();
+        let mut reader = topic.reader(0, Start::Earliest).unwrap();
+        // A producer's first publish in a segment takes the long path, the next ones the short.
+        producer.publish(4).unwrap();
+        let h = thread::spawn(move || {
+            let first = reader.next().map(|r| *r.value());
+            let second = reader
+                .next_timeout(Duration::from_secs(30))
+                .map(|r| *r.value());
+            (first, second)
+        });
+        wait_until(|| topic.stats().partitions[0].parked_readers == 1);
+        producer.publish(5).unwrap();
+        assert_eq!(
+            h.join().unwrap(),
+            (Ok(4), Ok(5)),
+            "{kind}: the publish woke the reader"
+        );
+        let stats = &topic.stats().partitions[0];
+        assert_eq!(stats.wakeups, 1, "{kind}");
+        assert_eq!(stats.parked_readers, 0, "{kind}");
+    }
+}
+
 #[test]
 fn publishing_with_nobody_parked_does_no_wake_work() {
     let topic = Topic::<u64>::new("busy", TopicConfig::default()).unwrap();

@@ -56,9 +56,9 @@ use crate::{
     config::{Overflow, SizeFn, TopicConfig, WaitStrategy},
     error::{Error, PublishError},
     sync::{
-        fence, heavy_barrier, init_barriers, light_barrier, lock, spin_hint, unprotected,
-        yield_now, Arc, Atomic, AtomicBool, AtomicU64, CachePadded, Epoch, Futex, Guard, Mutex,
-        Ordering, Owned,
+        fence, heavy_barrier, init_barriers, light_barrier, light_barrier_as,
+        light_barrier_is_free, lock, spin_hint, unprotected, yield_now, Arc, Atomic, AtomicBool,
+        AtomicU64, CachePadded, Epoch, Futex, Guard, Mutex, Ordering, Owned,
     },
 };
 use directory::Directory;
@@ -226,6 +226,11 @@ pub(crate) struct Log<T> {
     block_yield_nanos: AtomicU64,
     /// Single-producer: a writer holds the producer role.
     writer_claimed: AtomicBool,
+    /// A single-producer log without timestamps, in a process whose light barrier is free
+    /// (`sync::light_barrier_is_free`): [`Log::publish`] then tests this one flag and goes
+    /// straight to the single-producer short path, where it would otherwise test the timestamps,
+    /// the kind of log and, after the publish, the process-wide barrier state.
+    plain_single: bool,
     /// Publishers blocked by `Overflow::Block` sleep here; readers bump it when they make room.
     space: Futex,
     /// Async publishers blocked by `Overflow::Block`, woken with `space`.
@@ -287,6 +292,7 @@ impl<T: Send + Sync + 'static> Log<T> {
             wakeups: AtomicU64::new(0),
             block_yield_nanos: AtomicU64::new(nanos(config.wait.yield_for)),
             writer_claimed: AtomicBool::new(false),
+            plain_single: single && !config.timestamps && light_barrier_is_free(),
             space: Futex::new(0),
             #[cfg(feature = "async")]
             blocked_tasks: Mutex::new(Vec::new()),
@@ -1031,10 +1037,13 @@ impl<T: Send + Sync + 'static> Log<T> {
         value: T,
         key: Option<u64>,
     ) -> Result<u64, PublishError<T>> {
+        if self.plain_single {
+            return self.publish_short::<true>(w, value, key, None, self.overflow, false);
+        }
         if self.timestamps {
             return self.publish_stamped(w, value, key);
         }
-        self.publish_short(w, value, key, None, self.overflow, false)
+        self.publish_short::<false>(w, value, key, None, self.overflow, false)
     }
 
     /// [`Log::publish`] for a topic with time stamps, out of line (see there).
@@ -1045,7 +1054,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         value: T,
         key: Option<u64>,
     ) -> Result<u64, PublishError<T>> {
-        self.publish_short(w, value, key, None, self.overflow, true)
+        self.publish_short::<false>(w, value, key, None, self.overflow, true)
     }
 
     /// [`Log::publish`] with the record's `size` measured already (`None`: the long path measures
@@ -1061,13 +1070,14 @@ impl<T: Send + Sync + 'static> Log<T> {
         size: Option<u64>,
         policy: Overflow,
     ) -> Result<u64, PublishError<T>> {
-        self.publish_short(w, value, key, size, policy, self.timestamps)
+        self.publish_short::<false>(w, value, key, size, policy, self.timestamps)
     }
 
     /// The short path for the log's kind, else the long path. `stamped` says whether the topic
-    /// keeps time stamps (a constant where the caller knows it, so the clock code is left out).
+    /// keeps time stamps (a constant where the caller knows it, so the clock code is left out);
+    /// `PLAIN` that the caller saw `plain_single`, so the kind and the barrier are known.
     #[inline(always)]
-    fn publish_short(
+    fn publish_short<const PLAIN: bool>(
         &self,
         w: &mut Writer<T>,
         value: T,
@@ -1077,7 +1087,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         stamped: bool,
     ) -> Result<u64, PublishError<T>> {
         let stamp = || if stamped { self.stamp() } else { 0 };
-        if self.single {
+        if PLAIN || self.single {
             let offset = w.next;
             // `room_cached` is also the close check: `close` sets the cached room to 0 (see
             // `close` for the race this leaves on single-producer logs).
@@ -1094,7 +1104,7 @@ impl<T: Send + Sync + 'static> Log<T> {
                     w.next = offset + 1;
                     // Release: publishes the slot (I2).
                     self.watermark.store(offset + 1, Ordering::Release);
-                    return self.published(w, offset);
+                    return self.published::<PLAIN>(w, offset);
                 }
             }
         } else if self.fast && policy != Overflow::Reject && self.room_cached_multi() {
@@ -1113,7 +1123,7 @@ impl<T: Send + Sync + 'static> Log<T> {
                     // SAFETY: `offset` is reserved by us and unpublished, and `seg`, held by `w`,
                     // is its segment (same base).
                     unsafe { self.write_in(seg, offset, value, meta, 0) };
-                    self.published(w, offset)
+                    self.published::<false>(w, offset)
                 }
                 _ => self.publish_reserved(w, offset, value, meta),
             };
@@ -1137,10 +1147,19 @@ impl<T: Send + Sync + 'static> Log<T> {
     }
 
     /// The end of a short path: [`Log::after_publish`], then `Ok(offset)` (the rare case out of
-    /// line, so the inline short paths make no call).
+    /// line, so the inline short paths make no call). `PLAIN`: the log's `plain_single` holds, so
+    /// the light barrier is known to be free.
     #[inline(always)]
-    fn published(&self, w: &Writer<T>, offset: u64) -> Result<u64, PublishError<T>> {
-        light_barrier();
+    fn published<const PLAIN: bool>(
+        &self,
+        w: &Writer<T>,
+        offset: u64,
+    ) -> Result<u64, PublishError<T>> {
+        if PLAIN {
+            light_barrier_as(true);
+        } else {
+            light_barrier();
+        }
         // Acquire: see Orderings (`state`).
         let s = self.state.load(Ordering::Acquire);
         if s & (PARKED_MASK | CLOSED) != 0 {
