@@ -11,9 +11,14 @@
 
 #![cfg(loom)]
 
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{
+    AtomicUsize,
+    Ordering::{Relaxed, SeqCst},
+};
 
-use logbus::{Overflow, Producers, ReadError, Reader, Start, Topic, TopicConfig, WaitStrategy};
+use logbus::{
+    Overflow, Producers, PublishError, ReadError, Reader, Start, Topic, TopicConfig, WaitStrategy,
+};
 use loom::{sync::Arc, thread};
 
 /// Runs a model with room for the epoch collector's many atomic steps, and says how many
@@ -112,6 +117,38 @@ fn park_wake_race_single_producer() {
         assert_eq!(*reader.next().unwrap(), 7);
         assert_eq!(*reader.next().unwrap(), 8);
         publisher.join().unwrap();
+    });
+}
+
+/// I1 on the single-producer path: the producer role passes between threads (each convenience
+/// publish claims it and gives it back), and the next writer continues from the watermark the
+/// last one left, which the hand-over of the role alone orders before it (the flag saying "done"
+/// is Relaxed: no happens-before of its own). Distinct offsets, and the reader sees both values.
+#[test]
+fn single_writer_role_hand_over() {
+    model(|| {
+        let topic = Topic::<u64>::new("m", config().producers(Producers::Single)).unwrap();
+        let done = Arc::new(loom::sync::atomic::AtomicBool::new(false));
+        let first = {
+            let (t, done) = (topic.clone(), Arc::clone(&done));
+            thread::spawn(move || {
+                let offset = t.publish(10).unwrap().offset;
+                done.store(true, Relaxed);
+                offset
+            })
+        };
+        while !done.load(Relaxed) {
+            thread::yield_now();
+        }
+        let second = match topic.publish(20) {
+            Ok(p) => p.offset,
+            Err(PublishError::Busy(_)) => panic!("the first publisher gave the role back"),
+            Err(e) => panic!("{e}"),
+        };
+        assert_eq!((first.join().unwrap(), second), (0, 1));
+        let mut reader = topic.reader(0, Start::Earliest).unwrap();
+        assert_eq!(*reader.next().unwrap(), 10);
+        assert_eq!(*reader.next().unwrap(), 20);
     });
 }
 

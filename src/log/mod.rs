@@ -32,6 +32,8 @@
 //!   contents are published by the stamp, not by the tail. `fetch_or(TAIL_CLOSED)` in `close` is
 //!   SeqCst so that every later reservation sees it (RMWs on one word are totally ordered anyway).
 //! - stamps / `watermark`: Release store after writing, Acquire load before reading (I2).
+//!   The single writer loads the watermark Relaxed as its next offset: its own latest store, or
+//!   the previous writer's, ordered before it by `writer_claimed` (Release store, Acquire swap).
 //! - `state` (parked readers, blocked producers, closed): increments by a waiter are SeqCst RMWs
 //!   followed by `heavy_barrier`; the publisher's load is Acquire after `light_barrier`, so if it
 //!   sees a parked count it also sees the reader's PARKED word (stored before the increment).
@@ -385,6 +387,18 @@ impl<T: Send + Sync + 'static> Log<T> {
         // Relaxed: only a position (room checks, how to wait); nothing is read through it, and
         // slots are published by their stamps or the watermark.
         self.tail.load(Ordering::Relaxed) & !TAIL_CLOSED
+    }
+
+    /// The next offset of a single-producer log's writer: its watermark. Only the writer stores
+    /// it, so the writer needs no private copy, and a publish stores one word fewer (the store
+    /// buffer, which waits for the lines the reader holds, has one entry fewer to drain). To be
+    /// called by the writer only (or with the role released, as `release_writer` does).
+    #[inline(always)]
+    fn single_next(&self) -> u64 {
+        // Relaxed: the writer reads its own latest store (coherence); a new writer is ordered
+        // after the last one's stores by the `writer_claimed` swap (Acquire) that gave it the
+        // role, which pairs with the Release store that gave the role back.
+        self.watermark.load(Ordering::Relaxed)
     }
 
     /// Whether an offset at or above `pos` is reserved (multi-producer logs; a single producer
@@ -985,7 +999,6 @@ impl<T: Send + Sync + 'static> Log<T> {
         if !self.single {
             return Ok(Writer {
                 seg: None,
-                next: 0,
                 limit: 0,
             });
         }
@@ -993,10 +1006,9 @@ impl<T: Send + Sync + 'static> Log<T> {
         if self.writer_claimed.swap(true, Ordering::Acquire) {
             return Err(Error::ProducerInUse);
         }
-        // Relaxed: ordered by the Acquire swap above.
+        // The watermark the previous writer left is ours to continue from (`single_next`).
         Ok(Writer {
             seg: None,
-            next: self.tail.load(Ordering::Relaxed),
             limit: 0,
         })
     }
@@ -1006,12 +1018,12 @@ impl<T: Send + Sync + 'static> Log<T> {
         w.limit = 0;
         if let Some(seg) = w.seg.take() {
             if self.single {
-                seg.set_filled((w.next - seg.base()).min(seg.len() as u64) as usize);
+                seg.set_filled((self.single_next() - seg.base()).min(seg.len() as u64) as usize);
             }
         }
         if self.single {
             // Relaxed: published by the Release swap below.
-            self.tail.store(w.next, Ordering::Relaxed);
+            self.tail.store(self.single_next(), Ordering::Relaxed);
             // Release: the next claimant sees our tail.
             self.writer_claimed.store(false, Ordering::Release);
         }
@@ -1124,7 +1136,7 @@ impl<T: Send + Sync + 'static> Log<T> {
             _ => self.single,
         };
         if single {
-            let offset = w.next;
+            let offset = self.single_next();
             // `room_cached` is also the close check: `close` sets the cached room to 0 (see
             // `close` for the race this leaves on single-producer logs).
             if offset < w.limit && self.room_cached(offset) {
@@ -1137,10 +1149,9 @@ impl<T: Send + Sync + 'static> Log<T> {
                     // is not published yet (the watermark is at most `offset`), and it is below
                     // `limit`, the end of the segment `w` holds a reference to.
                     unsafe { seg.write(i, value, meta) };
-                    w.next = offset + 1;
                     // Release: publishes the slot (I2).
                     self.watermark.store(offset + 1, Ordering::Release);
-                    return self.published(w, offset, KIND != ANY);
+                    return self.published(offset, KIND != ANY);
                 }
             }
         } else if self.fast && policy != Overflow::Reject && self.room_cached_multi() {
@@ -1159,7 +1170,7 @@ impl<T: Send + Sync + 'static> Log<T> {
                     // SAFETY: `offset` is reserved by us and unpublished, and `seg`, held by `w`,
                     // is its segment (same base).
                     unsafe { self.write_in(seg, offset, value, meta, 0) };
-                    self.published(w, offset, KIND != ANY)
+                    self.published(offset, KIND != ANY)
                 }
                 _ => self.publish_reserved(w, offset, value, meta),
             };
@@ -1178,7 +1189,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         meta: Meta,
     ) -> Result<u64, PublishError<T>> {
         self.write(w, offset, value, meta, 0);
-        self.after_publish(w);
+        self.after_publish();
         Ok(offset)
     }
 
@@ -1186,12 +1197,7 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// line, so the inline short paths make no call). `free_barrier`: the caller knows the log's
     /// path, so the light barrier is known to be free (a constant where inlined).
     #[inline(always)]
-    fn published(
-        &self,
-        w: &Writer<T>,
-        offset: u64,
-        free_barrier: bool,
-    ) -> Result<u64, PublishError<T>> {
+    fn published(&self, offset: u64, free_barrier: bool) -> Result<u64, PublishError<T>> {
         if free_barrier {
             light_barrier_as(true);
         } else {
@@ -1200,15 +1206,15 @@ impl<T: Send + Sync + 'static> Log<T> {
         // Acquire: see Orderings (`state`).
         let s = self.state.load(Ordering::Acquire);
         if s & (PARKED_MASK | CLOSED) != 0 {
-            return self.published_slow(w, s, offset);
+            return self.published_slow(s, offset);
         }
         Ok(offset)
     }
 
     #[cold]
     #[inline(never)]
-    fn published_slow(&self, w: &Writer<T>, s: u64, offset: u64) -> Result<u64, PublishError<T>> {
-        self.after_publish_slow(w, s);
+    fn published_slow(&self, s: u64, offset: u64) -> Result<u64, PublishError<T>> {
+        self.after_publish_slow(s);
         Ok(offset)
     }
 
@@ -1272,10 +1278,11 @@ impl<T: Send + Sync + 'static> Log<T> {
         };
         let meta = Meta::new(self.stamp(), key);
         let offset = if self.single {
-            if let Err(r) = self.admit_single(w.next, 1, policy) {
+            let next = self.single_next();
+            if let Err(r) = self.admit_single(next, 1, policy) {
                 return Err(r.with(value));
             }
-            w.next
+            next
         } else {
             match self.reserve_multi(1, policy) {
                 Ok(o) => o,
@@ -1285,11 +1292,10 @@ impl<T: Send + Sync + 'static> Log<T> {
         // Nothing below runs user code until the record is published (I6).
         self.write(w, offset, value, meta, size);
         if self.single {
-            w.next = offset + 1;
             // Release: publishes the slot (I2).
             self.watermark.store(offset + 1, Ordering::Release);
         }
-        self.after_publish(w);
+        self.after_publish();
         Ok(offset)
     }
 
@@ -1303,7 +1309,11 @@ impl<T: Send + Sync + 'static> Log<T> {
     ) -> Result<std::ops::Range<u64>, PublishError<()>> {
         let n = values.len() as u64;
         if n == 0 {
-            let at = if self.single { w.next } else { self.end() };
+            let at = if self.single {
+                self.single_next()
+            } else {
+                self.end()
+            };
             return Ok(at..at);
         }
         if let Some((max, _)) = &self.max_bytes {
@@ -1313,9 +1323,10 @@ impl<T: Send + Sync + 'static> Log<T> {
         }
         let meta = Meta::new(self.stamp(), None);
         let first = if self.single {
-            self.admit_single(w.next, n, self.overflow)
+            let next = self.single_next();
+            self.admit_single(next, n, self.overflow)
                 .map_err(|r| r.with(()))?;
-            w.next
+            next
         } else {
             self.reserve_multi(n, self.overflow)
                 .map_err(|r| r.with(()))?
@@ -1368,11 +1379,10 @@ impl<T: Send + Sync + 'static> Log<T> {
             }
         }
         if self.single {
-            w.next = first + n;
             // Release: publishes the whole run (I2).
             self.watermark.store(first + n, Ordering::Release);
         }
-        self.after_publish(w);
+        self.after_publish();
         Ok(first..first + n)
     }
 
@@ -1432,17 +1442,17 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// After a publish: one load of `state`. With no reader parked (and the log open) it does
     /// nothing more (I5).
     #[inline(always)]
-    fn after_publish(&self, w: &Writer<T>) {
+    fn after_publish(&self) {
         light_barrier();
         // Acquire: see Orderings (`state`).
         let s = self.state.load(Ordering::Acquire);
         if s & (PARKED_MASK | CLOSED) != 0 {
-            self.after_publish_slow(w, s);
+            self.after_publish_slow(s);
         }
     }
 
     #[cold]
-    fn after_publish_slow(&self, w: &Writer<T>, s: u64) {
+    fn after_publish_slow(&self, s: u64) {
         if s & PARKED_MASK != 0 {
             self.wake_readers();
         }
@@ -1450,7 +1460,8 @@ impl<T: Send + Sync + 'static> Log<T> {
         // close saw our watermark, or we see CLOSED here and extend the final end to cover what we
         // just published (single producer only; a multi-producer close is exact by itself).
         if self.single && s & CLOSED != 0 {
-            self.final_end.fetch_max(w.next, Ordering::AcqRel);
+            self.final_end
+                .fetch_max(self.single_next(), Ordering::AcqRel);
             self.wake_readers();
         }
     }
@@ -1586,11 +1597,10 @@ impl<T> Drop for Log<T> {
     }
 }
 
-/// A producer's private state in one partition: its current segment (one counted reference), and
-/// for a single-producer log the private tail.
+/// A producer's private state in one partition: its current segment (one counted reference). A
+/// single-producer writer's next offset is the log's watermark (see [`Log::single_next`]).
 pub(crate) struct Writer<T> {
     seg: Option<SegRef<T>>,
-    next: u64,
     /// Single producer without byte retention: the end of `seg`, so offsets below it may take the
     /// short path of [`Log::publish`]. Zero otherwise (every publish takes the long path).
     limit: u64,
