@@ -390,9 +390,10 @@ impl<T: Send + Sync + 'static> Log<T> {
     }
 
     /// The next offset of a single-producer log's writer: its watermark. Only the writer stores
-    /// it, so the writer needs no private copy, and a publish stores one word fewer (the store
-    /// buffer, which waits for the lines the reader holds, has one entry fewer to drain). To be
-    /// called by the writer only (or with the role released, as `release_writer` does).
+    /// it, so a private copy could only ever equal it (there was one; a publish stored both).
+    /// Without it a publish stores two words, the value and the watermark, though no throughput
+    /// change showed in `perf/` (alternating builds, 1→1 and 1→2 alike). To be called by the
+    /// writer only (or with the role released, as `release_writer` does).
     #[inline(always)]
     fn single_next(&self) -> u64 {
         // Relaxed: the writer reads its own latest store (coherence); a new writer is ordered
@@ -1054,7 +1055,8 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// stamps, the kind of log, and after the publish the process-wide barrier state (two
     /// dependent loads through the global offset table), on every publish. That is about seven
     /// instructions of a ~45-instruction single-producer publish; alternating builds in `perf/`,
-    /// ring-like single producer: 1→1 252–268 → 261–294 M/s, 1→2 211–261 → 264–277.
+    /// ring-like topics: single producer 1→1 252–268 → 258–294 M/s, 1→2 211–261 → 264–277;
+    /// many producers 2→2 153–158 → 171–174, 1→2 121–138 → 166–171.
     ///
     /// The short paths of topics without time stamps are inlined into the caller. They make no
     /// call and need no more than the caller-saved registers, so a caller that publishes from a
