@@ -7,8 +7,9 @@
 //! Publishing is reserve, write, publish:
 //! - **Multi-producer**: reserve with one `fetch_add(n)` on the cache-padded `tail`, write the value
 //!   and metadata, then store the slot's stamp (`offset + 1`) with Release.
-//! - **Single-producer**: the one [`Writer`] keeps the tail privately, writes, then stores the
-//!   `watermark` (every offset below it is published) with Release. No read-modify-write at all.
+//! - **Single-producer**: the one [`Writer`] takes its next offset from the `watermark`, which only
+//!   it stores, writes, then stores the watermark (every offset below it is published) with
+//!   Release. No read-modify-write at all.
 //!
 //! No user code runs between reserving and publishing (I6): sizes and key hashes are computed
 //! before the reservation and batches are collected first, so a panicking iterator reserves nothing.
@@ -22,7 +23,8 @@
 //! handshake needs a barrier on both sides and how the cost sits on the parking side.
 //!
 //! # Invariants
-//! - I1: `tail` hands out each offset once (`fetch_add`), or the single writer advances privately.
+//! - I1: `tail` hands out each offset once (`fetch_add`), or the single writer advances the
+//!   `watermark`, which only it stores.
 //! - I2: a slot is read only after an Acquire load saw its stamp, or a watermark above it.
 //! - I4: a segment's values are dropped once, when its last reference goes (see `segment`).
 //! - `start` only grows, always a segment boundary (or the initial 0), and `start <= end`.
