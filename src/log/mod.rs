@@ -1060,16 +1060,18 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// ring-like topics: single producer 1→1 252–268 → 258–294 M/s, 1→2 211–261 → 264–277;
     /// many producers 2→2 153–158 → 171–174, 1→2 121–138 → 166–171.
     ///
-    /// The short paths of topics without time stamps are inlined into the caller. They make no
+    /// The two plain short paths (no time stamps) are inlined into the caller. They make no
     /// call and need no more than the caller-saved registers, so a caller that publishes from a
     /// small function (an adapter, a benchmark's `send`) does not save and restore registers on
     /// every publish. Reading the clock needs more registers, and inlining it made the compiler
     /// do that for every kind of topic (single-thread publish through such a function, same
     /// session: single producer ~200 -> ~345 M/s, many producers ~150 -> ~205 M/s without it),
     /// so a topic with time stamps takes the same short paths one call away, in
-    /// [`Log::publish_stamped`]. That call costs it ~9% (one producer) and ~20% (many) in a tight
-    /// single-thread loop (criterion, same session), where reading the clock was already the
-    /// largest part of a publish. Everything else (switching segments, retention, waiting for
+    /// [`Log::publish_other`], with the rare topic without them in a process whose light barrier
+    /// is not free (a third and fourth inlined copy made the caller's code 60% longer). That
+    /// call costs a stamped topic ~9% (one producer) and ~20% (many) in a tight single-thread
+    /// loop (criterion, same session), where reading the clock was already the largest part of
+    /// a publish. Everything else (switching segments, retention, waiting for
     /// room, refusals) is in [`Log::publish_with`].
     ///
     /// The record's size for byte retention is measured on the long path, before anything is
@@ -1088,20 +1090,24 @@ impl<T: Send + Sync + 'static> Log<T> {
             Path::PlainMulti => {
                 self.publish_short::<PLAIN_MULTI>(w, value, key, None, self.overflow, false)
             }
-            Path::Other if self.timestamps => self.publish_stamped(w, value, key),
-            Path::Other => self.publish_short::<ANY>(w, value, key, None, self.overflow, false),
+            Path::Other => self.publish_other(w, value, key),
         }
     }
 
-    /// [`Log::publish`] for a topic with time stamps, out of line (see there).
+    /// [`Log::publish`] for [`Path::Other`] (a topic with time stamps, or a process without a
+    /// free light barrier), out of line (see there).
     #[inline(never)]
-    fn publish_stamped(
+    fn publish_other(
         &self,
         w: &mut Writer<T>,
         value: T,
         key: Option<u64>,
     ) -> Result<u64, PublishError<T>> {
-        self.publish_short::<ANY>(w, value, key, None, self.overflow, true)
+        if self.timestamps {
+            self.publish_short::<ANY>(w, value, key, None, self.overflow, true)
+        } else {
+            self.publish_short::<ANY>(w, value, key, None, self.overflow, false)
+        }
     }
 
     /// [`Log::publish`] with the record's `size` measured already (`None`: the long path measures
