@@ -201,8 +201,8 @@ pub(crate) struct Log<T> {
     shift: u32,
     mask: u64,
     single: bool,
-    /// Multi-producer: next offset to reserve, bit 63 `TAIL_CLOSED`. Single-producer: where the
-    /// next writer continues (stored when a writer lets go).
+    /// Multi-producer: next offset to reserve, bit 63 `TAIL_CLOSED`. Single-producer logs leave
+    /// it at 0: their writer continues from the watermark.
     tail: CachePadded<AtomicU64>,
     /// Single-producer: every offset below is published.
     watermark: CachePadded<AtomicU64>,
@@ -382,8 +382,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         }
     }
 
-    /// `tail` without the closed bit: one past the newest reservation (multi producer), or where
-    /// the last single writer stopped.
+    /// `tail` without the closed bit: one past the newest reservation (multi producer).
     #[inline(always)]
     fn reserved_end(&self) -> u64 {
         // Relaxed: only a position (room checks, how to wait); nothing is read through it, and
@@ -750,9 +749,9 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// Whether one more record fits now, or the log is closed (an async publisher's re-check).
     #[cfg(feature = "async")]
     pub(crate) fn room_for_one(&self) -> bool {
-        // The single writer's tail is stored when its writer is released, which the async
-        // publisher did before asking.
-        self.is_closed() || self.has_room(self.reserved_end(), 1)
+        // `end` is the next offset either kind of log hands out while it is open: the watermark
+        // (single producer, whose writer the async publisher released before asking) or `tail`.
+        self.is_closed() || self.has_room(self.end(), 1)
     }
 
     fn slowest_reader(&self) -> Option<u64> {
@@ -1025,9 +1024,7 @@ impl<T: Send + Sync + 'static> Log<T> {
             }
         }
         if self.single {
-            // Relaxed: published by the Release swap below.
-            self.tail.store(self.single_next(), Ordering::Relaxed);
-            // Release: the next claimant sees our tail.
+            // Release: the next claimant sees our watermark (`single_next`).
             self.writer_claimed.store(false, Ordering::Release);
         }
     }
