@@ -322,11 +322,13 @@ mod membarrier {
 
     /// 0: not known yet, 1: membarrier works, 2: fall back to fences.
     ///
-    /// Every publish reads it (in `light_barrier`), so it has a cache line to itself: the linker
-    /// puts the statics of every crate in a program side by side (in the perf binary its line
-    /// held parking_lot's thread count and kanal's and std's globals), and a neighbour that other
-    /// threads write would cost every publish a miss. A guard, not a measured gain: in the perf
-    /// harness, whose neighbours are quiet, padded and unpadded builds run alike.
+    /// Publishes that do not know the answer read it (in `light_barrier`: timestamped topics,
+    /// batches, the long path; a log without timestamps keeps the answer, see
+    /// `light_barrier_is_free`), so it has a cache line to itself: the linker puts the statics
+    /// of every crate in a program side by side (in the perf binary its line held parking_lot's
+    /// thread count and kanal's and std's globals), and a neighbour that other threads write
+    /// would cost those publishes a miss. A guard, not a measured gain: in the perf harness,
+    /// whose neighbours are quiet, padded and unpadded builds run alike.
     static STATE: CachePadded<AtomicU8> = CachePadded::new(AtomicU8::new(0));
     static INIT: Once = Once::new();
 

@@ -263,23 +263,25 @@ pub(crate) struct Log<T> {
     pub(crate) wait: WaitStrategy,
 }
 
-/// The short path a log's publishes try first, settled when the log is made.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The short path a log's publishes try first, settled when the log is made. Its number is
+/// [`Log::publish_short`]'s `KIND` (const generics take integers, not this enum).
+#[derive(Clone, Copy, Debug)]
+#[repr(u8)]
 enum Path {
-    /// One producer, no timestamps, and a free light barrier (`sync::light_barrier_is_free`).
-    PlainSingle,
-    /// Many producers, no timestamps, and a free light barrier.
-    PlainMulti,
     /// Anything else: the publish tests the timestamps and the kind of log itself.
-    Other,
+    Other = 0,
+    /// One producer, no timestamps, and a free light barrier (`sync::light_barrier_is_free`).
+    PlainSingle = 1,
+    /// Many producers, no timestamps, and a free light barrier.
+    PlainMulti = 2,
 }
 
-/// [`Log::publish_short`]'s `KIND` for a caller that knows nothing of the log but what it tests.
-const ANY: u8 = 0;
+/// `KIND` for a caller that knows nothing of the log but what it tests ([`Path::Other`]).
+const ANY: u8 = Path::Other as u8;
 /// `KIND` for [`Path::PlainSingle`].
-const PLAIN_SINGLE: u8 = 1;
+const PLAIN_SINGLE: u8 = Path::PlainSingle as u8;
 /// `KIND` for [`Path::PlainMulti`].
-const PLAIN_MULTI: u8 = 2;
+const PLAIN_MULTI: u8 = Path::PlainMulti as u8;
 
 /// A raw segment pointer moved into an epoch-deferred release.
 struct Retired<T>(*const Segment<T>);
