@@ -13,7 +13,7 @@ use crate::{
     error::{Error, PublishError},
     group::{Group, GroupShared},
     key,
-    log::{Log, Writer},
+    log::{Log, Path, Writer},
     reader::{Reader, Start},
     stats::{PartitionStats, ReaderStats, TopicStats},
     subscription::{Subscription, SubscriptionBuilder},
@@ -304,6 +304,10 @@ impl<T: Send + Sync + 'static> Topic<T> {
             parts,
             size_of: self.inner.partitions[0].size_fn().cloned(),
             next: 0,
+            direct: match &self.inner.partitions[..] {
+                [log] if log.path() != Path::Other => Some(log.path()),
+                _ => None,
+            },
             buffer: Vec::new(),
             sizes: Vec::new(),
         })
@@ -500,6 +504,10 @@ pub struct Producer<T: Send + Sync + 'static> {
     parts: Vec<CachePadded<Part<T>>>,
     size_of: Option<SizeFn<T>>,
     next: usize,
+    /// One partition, whose log takes one of the plain short paths (no time stamps): that path.
+    /// `publish` goes straight to it, without picking a partition or reading the log's path
+    /// byte (measured in `Log::publish_plain_single`'s doc).
+    direct: Option<Path>,
     buffer: Vec<T>,
     sizes: Vec<u64>,
 }
@@ -546,6 +554,18 @@ impl<T: Send + Sync + 'static> Producer<T> {
     /// Publishes a record (round-robin over partitions).
     #[inline(always)]
     pub fn publish(&mut self, value: T) -> Result<Published, PublishError<T>> {
+        if let (Some(path), Some(part)) = (self.direct, self.parts.first_mut()) {
+            let (log, w) = &mut **part;
+            let published = if path == Path::PlainSingle {
+                log.publish_plain_single(w, value, None)
+            } else {
+                log.publish_plain_multi(w, value, None) // `direct` holds no other path
+            };
+            return published.map(|offset| Published {
+                partition: 0,
+                offset,
+            });
+        }
         let p = self.pick();
         self.publish_at(p, None, value)
     }
