@@ -345,13 +345,15 @@ impl<T> Segment<T> {
     }
 
     /// [`Segment::prefetch_ahead`] four times as far ahead (32 lines, 2 KiB: 256 `u64` records),
-    /// for the single producer's short path. At a few ns a record, 8 lines ahead is ~250 ns of
-    /// publishing, which a line's way back from the reader's core can take longer than when the
-    /// host puts the two vCPUs far apart; the producer's samples then sat on the store after the
-    /// value's (the store buffer full behind it). Alternating binaries, ring-like topic, 8 rounds,
-    /// medians (2-core VM, one session): 1→1 217 → 233–257 M/s, 1→2 227 → 234–242 (16 and 64
-    /// lines were alike). Many producers keep 8 lines: 32 measured no better there (2→2 92–103
-    /// against 99–114), and a batch's run fetches a line per line it writes anyway.
+    /// for the single producer's short path, where 8 lines are only ~250 ns of publishing.
+    /// Measured, not derived: alternating binaries, ring-like topic, 8 rounds, medians, two sets
+    /// (2-core VM, one session, both builds calling the short path directly): 1→1 214–217 →
+    /// 233–257 M/s, 1→2 203–227 → 234–242 (16 and 64 lines were alike). Without the direct call
+    /// it measured alike (195 against 194 M/s), and with every prefetch at 32 lines (many
+    /// producers' stamps and values, batches) worse (158 against 191), so many producers and
+    /// batches keep 8 (their 2→2 with 32: 92–103 M/s against 92–114). Why the distance matters
+    /// only with the direct call I could not tell: the producer's samples sit on the instruction
+    /// after the value's store with or without a reader.
     #[inline(always)]
     pub(crate) fn prefetch_far_ahead(&self, i: usize) {
         fetch_line_ahead::<_, FAR_AHEAD>(&self.values, i);
