@@ -107,12 +107,13 @@ pub(crate) fn prefetch_write<T>(p: *const T) {
 /// Writes the cache line holding `p` back to memory if it is dirty and drops it from every cache
 /// (`clflush`), so that the next core to write it fetches it from memory instead of taking it
 /// from a core that holds a copy. Changes no memory contents, only where the line lives. `p`
-/// must point into memory the caller holds (the instruction checks the address like a load).
+/// must lie in a page the caller knows is mapped, such as the cache line of a byte it holds (a
+/// line never crosses a page): the instruction checks the address like a load.
 #[inline(always)]
 pub(crate) fn evict_line<T>(p: *const T) {
     #[cfg(all(not(loom), target_arch = "x86_64"))]
-    // SAFETY: `clflush` changes no memory contents, and `p` points into an allocation the caller
-    // holds (mapped), so it cannot fault.
+    // SAFETY: `clflush` changes no memory contents, and `p` lies in a mapped page (the caller's
+    // contract), so it cannot fault.
     unsafe {
         std::arch::x86_64::_mm_clflush(p.cast())
     };
