@@ -202,9 +202,7 @@ impl<T: Send + Sync + 'static> Reader<T> {
         self.next = offset;
         self.ready = offset;
         self.seg = None;
-        if self.evicted != u64::MAX {
-            self.evicted = offset; // eviction restarts here
-        }
+        self.restart_eviction(offset);
         self.log.moved(&self.cursor, offset);
         if back {
             self.log.reader_moved_back();
@@ -367,6 +365,13 @@ impl<T: Send + Sync + 'static> Reader<T> {
         self.evicted = self.next;
     }
 
+    /// The reader jumped to `at`: eviction continues from there (unless it is off).
+    fn restart_eviction(&mut self, at: u64) {
+        if self.evicted != u64::MAX {
+            self.evicted = at;
+        }
+    }
+
     /// Looks for published records at `next`. `Ok(true)`: `[next, ready)` is non-empty.
     fn refresh(&mut self, limit: u64) -> Result<bool, ReadError> {
         self.evict_read();
@@ -376,9 +381,7 @@ impl<T: Send + Sync + 'static> Reader<T> {
             self.next = start;
             self.ready = start;
             self.seg = None;
-            if self.evicted != u64::MAX {
-                self.evicted = start; // what retention dropped is not ours to evict
-            }
+            self.restart_eviction(start); // what retention dropped is not ours to evict
             self.log.moved(&self.cursor, start);
             return Err(ReadError::Lagged(lost));
         }

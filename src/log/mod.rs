@@ -1240,14 +1240,13 @@ impl<T: Send + Sync + 'static> Log<T> {
     fn publish_short<const KIND: u8>(
         &self,
         w: &mut Writer<T>,
-        value: T,
+        mut value: T,
         key: Option<u64>,
         size: Option<u64>,
         policy: Overflow,
         stamped: bool,
     ) -> Result<u64, PublishError<T>> {
         let stamp = || if stamped { self.stamp() } else { 0 };
-        let mut value = value;
         if KIND == ANY && self.single {
             match self.publish_single_short(w, value, || Meta::new(stamp(), key)) {
                 Ok(offset) => return self.published(offset, false),
