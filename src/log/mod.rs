@@ -401,10 +401,23 @@ impl<T: Send + Sync + 'static> Log<T> {
     }
 
     /// The next offset of a single-producer log's writer: its watermark. Only the writer stores
-    /// it, so a private copy could only ever equal it (there was one; a publish stored both).
-    /// Without it a publish stores two words, the value and the watermark, though no throughput
-    /// change showed in `perf/` (alternating builds, 1→1 and 1→2 alike). To be called by the
-    /// writer only (or with the role released, as `release_writer` does).
+    /// it, so a private copy could only ever equal it. Without one a publish stores two words,
+    /// the value and the watermark. To be called by the writer only (or with the role released,
+    /// as `release_writer` does).
+    ///
+    /// The price is latency. A reader waiting for the next record polls the watermark, and once
+    /// it has read a new value the writer's next load of it misses (the line has gone to the
+    /// reader's core): a cross-core round trip at the head of the publish, which everything
+    /// else in it depends on. A private copy in the `Writer` (stored on every publish) avoids
+    /// it, and was measured both ways on the 2-core VM (alternating binaries, ring-like topic):
+    /// the 2 µs-paced 1→1 p50 261 → 194 ns (the Disruptor's BusySpin 179–188 in the same runs,
+    /// 5 rounds) and 1→2 p50 2.5 → 2.1 µs, but saturated 1→1 152 → 122 M/s and 1→2 152 → 124
+    /// (12 rounds, two copies of the old binary agreeing), in both of the VM's states. The
+    /// extra store alone costs that: the old binary with one dummy store per publish lost as
+    /// much (182 → 134), and the copy plus the old load as well. Throughput won, so there is no
+    /// copy (it had first been removed as duplicate state, when a 4-round A/B showed no change
+    /// either way). A minimal ring of our own reproduces the load's cost: p50 183 → 220 ns when
+    /// its writer loads the word it publishes.
     #[inline(always)]
     fn single_next(&self) -> u64 {
         // Relaxed: the writer reads its own latest store (coherence); a new writer is ordered
