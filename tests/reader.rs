@@ -334,6 +334,54 @@ fn single_producer_role_is_exclusive() {
     assert_eq!(p.publish(7).unwrap().offset, 2);
 }
 
+/// The single producer's offsets survive every way of publishing and the role changing hands,
+/// on the short path (no time stamps, bounded: the set-up of a ring buffer) across segments: each
+/// producer continues where the last one stopped, and a refused publish takes no offset.
+#[test]
+fn single_producer_offsets_stay_dense_across_paths_and_producers() {
+    let t = topic(
+        TopicConfig::default()
+            .single_producer()
+            .timestamps(false)
+            .segment_size(4)
+            .max_records(64)
+            .overflow(logbus::Overflow::Reject),
+    );
+    let mut r = t.reader(0, Start::Earliest).unwrap();
+    let mut p = t.producer().unwrap();
+    for v in 0..6 {
+        assert_eq!(p.publish(v).unwrap().offset, v);
+    }
+    assert_eq!(p.publish_batch(6..9).unwrap().offsets, 6..9);
+    assert_eq!(p.publish_keyed("k", 9).unwrap().offset, 9);
+    drop(p);
+    assert_eq!(t.publish(10).unwrap().offset, 10);
+    let mut p = t.producer().unwrap();
+    assert_eq!(p.publish(11).unwrap().offset, 11);
+    assert_eq!(p.publish_batch(std::iter::empty()).unwrap().offsets, 12..12);
+    // Fill the room: the refused publish hands its value back and takes no offset.
+    let mut next = 12;
+    let refused = loop {
+        match p.publish(next) {
+            Ok(rec) => {
+                assert_eq!(rec.offset, next);
+                next += 1;
+            }
+            Err(e) => break e.into_inner(),
+        }
+    };
+    assert_eq!(refused, next);
+    let got: Vec<u64> = (0..next).map(|_| *r.next().unwrap().value()).collect();
+    assert_eq!(got, (0..next).collect::<Vec<_>>());
+    drop(p);
+    let mut p = t.producer().unwrap();
+    assert_eq!(
+        p.publish(next).unwrap().offset,
+        next,
+        "room again once read"
+    );
+}
+
 #[test]
 fn a_panicking_batch_iterator_publishes_nothing() {
     for config in both_modes() {

@@ -34,8 +34,9 @@
 //!   contents are published by the stamp, not by the tail. `fetch_or(TAIL_CLOSED)` in `close` is
 //!   SeqCst so that every later reservation sees it (RMWs on one word are totally ordered anyway).
 //! - stamps / `watermark`: Release store after writing, Acquire load before reading (I2).
-//!   The single writer loads the watermark Relaxed as its next offset: its own latest store, or
-//!   the previous writer's, ordered before it by `writer_claimed` (Release store, Acquire swap).
+//!   The single writer keeps its next offset in its `Writer`, loaded (Relaxed) from the watermark
+//!   when it claims the role: the previous writer's last store, ordered before the claim by
+//!   `writer_claimed` (Release store, Acquire swap). Its cold paths load its own latest store.
 //! - `state` (parked readers, blocked producers, closed): increments by a waiter are SeqCst RMWs
 //!   followed by `heavy_barrier`; the publisher's load is Acquire after `light_barrier`, so if it
 //!   sees a parked count it also sees the reader's PARKED word (stored before the increment).
@@ -400,24 +401,9 @@ impl<T: Send + Sync + 'static> Log<T> {
         self.tail.load(Ordering::Relaxed) & !TAIL_CLOSED
     }
 
-    /// The next offset of a single-producer log's writer: its watermark. Only the writer stores
-    /// it, so a private copy could only ever equal it. Without one a publish stores two words,
-    /// the value and the watermark. To be called by the writer only (or with the role released,
-    /// as `release_writer` does).
-    ///
-    /// The price is latency. A reader waiting for the next record polls the watermark, and once
-    /// it has read a new value the writer's next load of it misses (the line has gone to the
-    /// reader's core): a cross-core round trip at the head of the publish, which everything
-    /// else in it depends on. A private copy in the `Writer` (stored on every publish) avoids
-    /// it, and was measured both ways on the 2-core VM (alternating binaries, ring-like topic):
-    /// the 2 µs-paced 1→1 p50 261 → 194 ns (the Disruptor's BusySpin 179–188 in the same runs,
-    /// 5 rounds) and 1→2 p50 2.5 → 2.1 µs, but saturated 1→1 152 → 122 M/s and 1→2 152 → 124
-    /// (12 rounds, two copies of the old binary agreeing), in both of the VM's states. The
-    /// extra store alone costs that: the old binary with one dummy store per publish lost as
-    /// much (182 → 134), and the copy plus the old load as well. Throughput won, so there is no
-    /// copy (it had first been removed as duplicate state, when a 4-round A/B showed no change
-    /// either way). A minimal ring of our own reproduces the load's cost: p50 183 → 220 ns when
-    /// its writer loads the word it publishes.
+    /// The watermark as the single writer sees it: the next offset it will publish. For claiming
+    /// the role and the writer's cold paths only; its publishes use `Writer::next`, which always
+    /// equals it (see there for why a copy).
     #[inline(always)]
     fn single_next(&self) -> u64 {
         // Relaxed: the writer reads its own latest store (coherence); a new writer is ordered
@@ -1028,6 +1014,7 @@ impl<T: Send + Sync + 'static> Log<T> {
             return Ok(Writer {
                 seg: None,
                 limit: 0,
+                next: 0,
             });
         }
         // Acquire: pairs with the Release in `release_writer`: we continue where it stopped.
@@ -1038,6 +1025,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         Ok(Writer {
             seg: None,
             limit: 0,
+            next: self.single_next(),
         })
     }
 
@@ -1046,7 +1034,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         w.limit = 0;
         if let Some(seg) = w.seg.take() {
             if self.single {
-                seg.set_filled((self.single_next() - seg.base()).min(seg.len() as u64) as usize);
+                seg.set_filled((w.next - seg.base()).min(seg.len() as u64) as usize);
             }
         }
         if self.single {
@@ -1176,11 +1164,11 @@ impl<T: Send + Sync + 'static> Log<T> {
     #[inline(always)]
     fn publish_single_short(
         &self,
-        w: &Writer<T>,
+        w: &mut Writer<T>,
         value: T,
         meta: impl FnOnce() -> Meta,
     ) -> Result<u64, T> {
-        let offset = self.single_next();
+        let offset = w.next;
         // `room_cached` is also the close check: `close` sets the cached room to 0 (see `close`
         // for the race this leaves on single-producer logs).
         if offset < w.limit && self.room_cached(offset) {
@@ -1193,6 +1181,7 @@ impl<T: Send + Sync + 'static> Log<T> {
                 // published yet (the watermark is at most `offset`), and it is below `limit`, the
                 // end of the segment `w` holds a reference to.
                 unsafe { seg.write(i, value, meta) };
+                w.next = offset + 1;
                 // Release: publishes the slot (I2).
                 self.watermark.store(offset + 1, Ordering::Release);
                 return Ok(offset);
@@ -1389,7 +1378,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         };
         let meta = Meta::new(self.stamp(), key);
         let offset = if self.single {
-            let next = self.single_next();
+            let next = w.next;
             if let Err(r) = self.admit_single(next, 1, policy) {
                 return Err(r.with(value));
             }
@@ -1403,6 +1392,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         // Nothing below runs user code until the record is published (I6).
         self.write(w, offset, value, meta, size);
         if self.single {
+            w.next = offset + 1;
             // Release: publishes the slot (I2).
             self.watermark.store(offset + 1, Ordering::Release);
         }
@@ -1420,11 +1410,7 @@ impl<T: Send + Sync + 'static> Log<T> {
     ) -> Result<std::ops::Range<u64>, PublishError<()>> {
         let n = values.len() as u64;
         if n == 0 {
-            let at = if self.single {
-                self.single_next()
-            } else {
-                self.end()
-            };
+            let at = if self.single { w.next } else { self.end() };
             return Ok(at..at);
         }
         if let Some((max, _)) = &self.max_bytes {
@@ -1434,7 +1420,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         }
         let meta = Meta::new(self.stamp(), None);
         let first = if self.single {
-            let next = self.single_next();
+            let next = w.next;
             self.admit_single(next, n, self.overflow)
                 .map_err(|r| r.with(()))?;
             next
@@ -1490,6 +1476,7 @@ impl<T: Send + Sync + 'static> Log<T> {
             }
         }
         if self.single {
+            w.next = first + n;
             // Release: publishes the whole run (I2).
             self.watermark.store(first + n, Ordering::Release);
         }
@@ -1708,10 +1695,25 @@ impl<T> Drop for Log<T> {
     }
 }
 
-/// A producer's private state in one partition: its current segment (one counted reference). A
-/// single-producer writer's next offset is the log's watermark (see [`Log::single_next`]).
+/// A producer's private state in one partition: its current segment (one counted reference) and,
+/// for the single producer, its next offset.
 pub(crate) struct Writer<T> {
     seg: Option<SegRef<T>>,
+    /// Single producer: the next offset to publish, always equal to the log's watermark (only this
+    /// writer stores it). A copy, so that a publish does not load the watermark: a reader waiting
+    /// for the next record polls it, and once it has read a new value the writer's next load
+    /// missed (the line had gone to the reader's core), a cross-core round trip at the head of
+    /// the publish that everything else in it waited for. Zero for many producers.
+    ///
+    /// Measured on the 2-core VM, ring-like topic, alternating binaries built with the
+    /// workspace's code alignment (`.cargo/config.toml`): the 2 µs-paced 1→1 p50 243 → 206 ns
+    /// (the Disruptor's BusySpin 177 in the same runs, 6 rounds), saturated throughput alike
+    /// (14 rounds: 1→1 159/162 M/s, 1→2 158/160, 1→4 122/125). Built without that alignment
+    /// the same pair had shown the copy costing 20% of 1→1 throughput, and so had the old code
+    /// with an unused store added; but so did the old code with only an unrelated function
+    /// added to the harness (242 → 203 M/s): code placement, not the store. A minimal ring
+    /// reproduces the load's cost: p50 183 → 220 ns when its writer loads the word it publishes.
+    next: u64,
     /// Single producer without byte retention: the end of `seg`, so offsets below it may take the
     /// short path of [`Log::publish`]. Zero otherwise (every publish takes the long path).
     limit: u64,
