@@ -166,6 +166,15 @@ pub(crate) fn wait_any<T: Send + Sync + 'static>(
     }
     check!();
     for _ in 0..wait.spin_polls {
+        // Keep asking for the next record's line while polling: the producer's write takes it
+        // away, and the next prefetch after that starts bringing the new contents while this
+        // reader still polls the published end, so the two lines cross together instead of one
+        // after the other. Alternating binaries (aligned builds, 8 rounds): 2 µs-paced 1→1 p50
+        // 184 → 173 ns single producer, 192 → 181 many (the Disruptor's BusySpin 168 in both),
+        // saturated throughput alike (10 rounds, every fan-out).
+        for r in readers.iter() {
+            r.prefetch_next();
+        }
         spin_hint();
         check!();
     }
