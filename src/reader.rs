@@ -78,9 +78,6 @@ pub struct Reader<T: Send + Sync + 'static> {
     /// How many records the last refresh found when it caught up with the producers (0: it found
     /// none, or stopped at its limit or the segment's end). See `wait_any`.
     fed: u64,
-    /// Lines of `seg` below this offset were evicted (see [`Reader::evict_read`]); `u64::MAX`
-    /// when the log's segments are not reused, which turns eviction off.
-    evicted: u64,
     /// Whether this reader, polled as a `Stream`, is announced as parked (see `crate::stream`).
     #[cfg(feature = "async")]
     pub(crate) announced: bool,
@@ -110,7 +107,6 @@ impl<T: Send + Sync + 'static> Reader<T> {
     /// A reader at `pos` (already resolved) that sleeps on `waker`.
     pub(crate) fn at(log: Arc<Log<T>>, partition: u32, pos: u64, waker: Arc<Waker>) -> Self {
         let cursor = log.register(pos, waker);
-        let evicted = if log.reuses_segments() { pos } else { u64::MAX };
         Reader {
             log,
             cursor,
@@ -119,7 +115,6 @@ impl<T: Send + Sync + 'static> Reader<T> {
             ready: pos,
             seg: None,
             fed: 0,
-            evicted,
             #[cfg(feature = "async")]
             announced: false,
         }
@@ -202,7 +197,6 @@ impl<T: Send + Sync + 'static> Reader<T> {
         self.next = offset;
         self.ready = offset;
         self.seg = None;
-        self.restart_eviction(offset);
         self.log.moved(&self.cursor, offset);
         if back {
             self.log.reader_moved_back();
@@ -328,60 +322,14 @@ impl<T: Send + Sync + 'static> Reader<T> {
         }
     }
 
-    /// Evicts from every cache the lines of the records this reader is done with (below `next`,
-    /// in the segment it holds), on a log whose segments retention reuses. The producer writes
-    /// those lines again once the log wraps around to them; a copy left in this reader's cache
-    /// makes each of those stores wait for this core to give the line up, where a line evicted
-    /// to memory comes to the producer from there (fetched ahead by its prefetch). Whole lines
-    /// only: the line holding `next` may still be written.
-    ///
-    /// Measured first on a minimal watermark ring written for the purpose (its reader pausing
-    /// like ours, 64 Ki slots): 1→1 145–192 → 229–327 M/s with `clflush` after each run (five
-    /// runs each, three rounds, alternated). In `perf/`, alternating binaries, ring-like topics,
-    /// 12 rounds, medians, two sets (2-core VM): single producer 1→1 289 → 334 and 248 → 330 M/s
-    /// (the Disruptor's Sleep 275–288 in the same runs), many producers 1→1 172 → 184 and 166 →
-    /// 181; the fan-outs, where no reader is alone, alike; batches alike (8 rounds); the 2
-    /// µs-paced 1→1 p50 alike against the Disruptor in the same runs (0.68–0.74×, 2 rounds).
-    fn evict_read(&mut self) {
-        if self.evicted >= self.next {
-            return; // nothing new, or eviction off (`u64::MAX`)
-        }
-        // Alone only: with other readers, the lines this one is done with may be the next that
-        // another reads, which would then fetch them from memory (alternating binaries, ring-like
-        // topics: evicting regardless took 1→1 208 → 283 M/s but 2→2 168 → 115, 1→4 194 → 168).
-        if !self.log.sole_reader() {
-            self.evicted = self.next;
-            return;
-        }
-        if let Some(seg) = self.seg.as_deref() {
-            let base = seg.base();
-            let end = base + seg.len() as u64;
-            let from = self.evicted.max(base);
-            let to = self.next.min(end);
-            if from < to {
-                seg.evict_read((from - base) as usize, (to - base) as usize);
-            }
-        }
-        self.evicted = self.next;
-    }
-
-    /// The reader jumped to `at`: eviction continues from there (unless it is off).
-    fn restart_eviction(&mut self, at: u64) {
-        if self.evicted != u64::MAX {
-            self.evicted = at;
-        }
-    }
-
     /// Looks for published records at `next`. `Ok(true)`: `[next, ready)` is non-empty.
     fn refresh(&mut self, limit: u64) -> Result<bool, ReadError> {
-        self.evict_read();
         let start = self.log.start();
         if self.next < start {
             let lost = start - self.next;
             self.next = start;
             self.ready = start;
             self.seg = None;
-            self.restart_eviction(start); // what retention dropped is not ours to evict
             self.log.moved(&self.cursor, start);
             return Err(ReadError::Lagged(lost));
         }

@@ -104,23 +104,6 @@ pub(crate) fn prefetch_write<T>(p: *const T) {
     let _ = p;
 }
 
-/// Writes the cache line holding `p` back to memory if it is dirty and drops it from every cache
-/// (`clflush`), so that the next core to write it fetches it from memory instead of taking it
-/// from a core that holds a copy. Changes no memory contents, only where the line lives. `p`
-/// must lie in a page the caller knows is mapped, such as the cache line of a byte it holds (a
-/// line never crosses a page): the instruction checks the address like a load.
-#[inline(always)]
-pub(crate) fn evict_line<T>(p: *const T) {
-    #[cfg(all(not(loom), target_arch = "x86_64"))]
-    // SAFETY: `clflush` changes no memory contents, and `p` lies in a mapped page (the caller's
-    // contract), so it cannot fault.
-    unsafe {
-        std::arch::x86_64::_mm_clflush(p.cast())
-    };
-    #[cfg(any(loom, not(target_arch = "x86_64")))]
-    let _ = p;
-}
-
 /// A hint inside a busy-wait loop. Under loom it yields, so that the model can make progress.
 #[inline]
 pub(crate) fn spin_hint() {

@@ -50,10 +50,6 @@
 //!   long path recomputes room from the cursors), and as a close flag it is as good as the Relaxed
 //!   `state` load it replaced. `close` stores 0 and the refresh is a read-modify-write that keeps a
 //!   0, so once a publisher can see the 0 no later value lets it back onto a short path.
-//! - `reader_count`: Relaxed everywhere. Stored under the admin lock when the reader list
-//!   changes; a reader reads it only to decide whether to evict from the caches the lines it is
-//!   done with, which changes where lines live, never what any slot holds, so a stale count
-//!   costs speed at most.
 
 pub(crate) mod directory;
 pub(crate) mod segment;
@@ -225,10 +221,6 @@ pub(crate) struct Log<T> {
     /// (never raised again). Open, it is at least 1 (`max_records` is). Kept as one word so a
     /// single-producer short path checks room and close with one load and one compare.
     room_end: AtomicU64,
-    /// How many readers are attached (the reader list's length, kept beside it): whether a
-    /// reader is alone, so that it may evict the lines it is done with (see `Reader`'s
-    /// `evict_read`).
-    reader_count: AtomicU64,
     /// Bytes retained (byte retention only).
     total_bytes: AtomicU64,
     /// Futex wake calls issued for parked readers (a statistic; only the cold wake path counts).
@@ -318,7 +310,6 @@ impl<T: Send + Sync + 'static> Log<T> {
             final_end: AtomicU64::new(0),
             // The room counted from a reader at 0 (see `set_room_from`).
             room_end: AtomicU64::new(room_cap.unwrap_or(u64::MAX)),
-            reader_count: AtomicU64::new(0),
             total_bytes: AtomicU64::new(0),
             wakeups: AtomicU64::new(0),
             block_yield_nanos: AtomicU64::new(nanos(config.wait.yield_for)),
@@ -679,9 +670,6 @@ impl<T: Send + Sync + 'static> Log<T> {
         // SAFETY: never null; only the admin lock holder retires it.
         let mut list = Vec::clone(unsafe { current.deref() });
         change(&mut list);
-        // Relaxed: a hint (see `reader_count` in Orderings); stored under the admin lock.
-        self.reader_count
-            .store(list.len() as u64, Ordering::Relaxed);
         // Release: publishes the new list's contents to readers of the pointer (Acquire).
         let old = self
             .readers
@@ -1099,19 +1087,6 @@ impl<T: Send + Sync + 'static> Log<T> {
             Path::PlainMulti => self.publish_plain_multi(w, value, key),
             Path::Other => self.publish_other(w, value, key),
         }
-    }
-
-    /// Whether one reader alone is attached (a hint: see `reader_count` in Orderings).
-    pub(crate) fn sole_reader(&self) -> bool {
-        // Relaxed: see Orderings (`reader_count`).
-        self.reader_count.load(Ordering::Relaxed) == 1
-    }
-
-    /// Whether retention reuses this log's segments (it trims them, and the pool hands them to
-    /// the producer again), so that readers evict the lines they are done with (see
-    /// [`Reader`](crate::reader::Reader)'s `evict_read`).
-    pub(crate) fn reuses_segments(&self) -> bool {
-        self.max_records.is_some() || self.max_bytes.is_some() || self.max_age_nanos.is_some()
     }
 
     /// Which short path this log's publishes try (see [`Path`]).

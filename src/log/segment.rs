@@ -41,8 +41,8 @@ use std::ptr::NonNull;
 use crate::clock;
 
 use crate::sync::{
-    evict_line, fence, lock, move_into, prefetch, prefetch_write, Arc, AtomicPtr, AtomicU64,
-    AtomicUsize, Mutex, Ordering, UnsafeCell,
+    fence, lock, move_into, prefetch, prefetch_write, Arc, AtomicPtr, AtomicU64, AtomicUsize,
+    Mutex, Ordering, UnsafeCell,
 };
 
 /// A cache line, and how far ahead producers fetch the lines they will write: [`AHEAD`] bytes
@@ -64,37 +64,6 @@ fn fetch_line_ahead<E, const BYTES: usize>(array: &[E], i: usize) {
         if target < array.len() {
             prefetch_write(array.as_ptr().wrapping_add(target));
         }
-    }
-}
-
-/// Evicts from every cache the lines of `array` that lie wholly below element `to`, from the
-/// line holding element `from` on (see [`Segment::evict_read`]).
-#[inline]
-fn evict_lines<E>(array: &[E], from: usize, to: usize) {
-    let base = array.as_ptr().cast::<u8>();
-    for_lines_below(array, from, to, |offset| {
-        // `offset` is from the array's start, and may be up to a line before it: that line is
-        // in the same page as the array's first byte, so mapped (lines never cross pages).
-        evict_line(base.wrapping_offset(offset));
-    });
-}
-
-/// Calls `f` with the offset, in bytes from the array's start, of each cache line that holds
-/// elements `from..to` of `array` and lies wholly below element `to`. Called with each range
-/// starting where the last one ended, it visits every line once, and only once all the line's
-/// elements are below the range's end (the line holding element `to` may still be written).
-fn for_lines_below<E>(array: &[E], from: usize, to: usize, mut f: impl FnMut(isize)) {
-    let size = std::mem::size_of::<E>();
-    if size == 0 || from >= to || to > array.len() {
-        return;
-    }
-    let base = array.as_ptr() as usize;
-    let first = (base + from * size) & !(LINE - 1);
-    let end = (base + to * size) & !(LINE - 1);
-    let mut line = first;
-    while line < end {
-        f(line.wrapping_sub(base) as isize);
-        line += LINE;
     }
 }
 
@@ -397,14 +366,6 @@ impl<T> Segment<T> {
     #[inline(always)]
     pub(crate) fn prefetch_stamp_ahead(&self, i: usize) {
         fetch_line_ahead::<_, AHEAD>(&self.stamps, i);
-    }
-
-    /// Evicts from every cache the lines of slots `from..to` (values, and stamps where the log
-    /// has them) that a reader is done with: see [`Reader`](crate::reader::Reader)'s
-    /// `evict_read`. A hint: no effect on what any slot holds.
-    pub(crate) fn evict_read(&self, from: usize, to: usize) {
-        evict_lines(&self.values, from, to);
-        evict_lines(&self.stamps, from, to);
     }
 
     /// The value of slot `i`.
@@ -752,56 +713,6 @@ mod tests {
     use super::*;
 
     const HOUR: u64 = 3_600_000_000_000;
-
-    /// The lines `for_lines_below` visits over successive ranges, as offsets from the array.
-    fn lines_visited<E>(array: &[E], cuts: &[usize]) -> Vec<isize> {
-        let mut seen = Vec::new();
-        for w in cuts.windows(2) {
-            for_lines_below(array, w[0], w[1], |o| seen.push(o));
-        }
-        seen
-    }
-
-    #[test]
-    fn read_lines_are_evicted_once_and_only_when_wholly_read() {
-        // 1000 u64 = 8000 bytes; wherever the array starts, successive ranges that cover it visit
-        // each line once, in order, and never the line holding the range's end.
-        let array = vec![0u64; 1000];
-        let base = array.as_ptr() as usize;
-        let line_of = |i: usize| ((base + i * 8) & !(LINE - 1)) as isize - base as isize;
-        let cuts = [0, 1, 7, 8, 9, 100, 101, 517, 999, 1000];
-        let seen = lines_visited(&array, &cuts);
-        let expected: Vec<isize> = (line_of(0)..line_of(1000)).step_by(LINE).collect();
-        assert_eq!(
-            seen, expected,
-            "every line below the last cut, once, in order"
-        );
-        // One range at a time: nothing at or past the line of its end.
-        for w in cuts.windows(2) {
-            for_lines_below(&array, w[0], w[1], |o| {
-                assert!(
-                    o < line_of(w[1]),
-                    "line {o} holds element {} or later",
-                    w[1]
-                );
-                assert!(o >= line_of(w[0]), "line {o} is before element {}", w[0]);
-            });
-        }
-        // Records wider than a line: each line under a wholly read record, once.
-        let wide = vec![[0u8; 100]; 50];
-        let seen = lines_visited(&wide, &[0, 3, 10, 50]);
-        let mut sorted = seen.clone();
-        sorted.dedup();
-        assert_eq!(seen, sorted, "no line twice");
-        assert_eq!(
-            seen.len(),
-            seen.last().map_or(0, |l| (l - seen[0]) as usize / LINE + 1)
-        );
-        // Nothing for an empty or out-of-range request, or zero-sized elements.
-        assert!(lines_visited(&array, &[5, 5]).is_empty());
-        assert!(lines_visited(&array, &[5, 1001]).is_empty());
-        assert!(lines_visited(&[(); 10], &[0, 10]).is_empty());
-    }
 
     /// Writes `metas` into slots 0.. of a segment whose base time is `tbase`, releases it into
     /// its pool, and returns what was read back before the release.
