@@ -353,7 +353,9 @@ impl<T> Segment<T> {
     /// producers' stamps and values, batches) worse (158 against 191), so many producers and
     /// batches keep 8 (their 2→2 with 32: 92–103 M/s against 92–114). Why the distance matters
     /// only with the direct call I could not tell: the producer's samples sit on the instruction
-    /// after the value's store with or without a reader.
+    /// after the value's store with or without a reader. All of this was measured before the
+    /// workspace held code placement still (`.cargo/config.toml`), which alone moved 1→1 by up
+    /// to ~20% (stop 18): "only with the direct call" may be placement; it wants measuring again.
     #[inline(always)]
     pub(crate) fn prefetch_far_ahead(&self, i: usize) {
         fetch_line_ahead::<_, FAR_AHEAD>(&self.values, i);
