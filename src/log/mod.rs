@@ -1156,13 +1156,20 @@ impl<T: Send + Sync + 'static> Log<T> {
                 // published yet (the watermark is at most `offset`), and it is below `limit`, the
                 // end of the segment `w` holds a reference to.
                 unsafe { seg.write(i, value, meta) };
-                w.next = offset + 1;
-                // Release: publishes the slot (I2).
-                self.watermark.store(offset + 1, Ordering::Release);
+                self.publish_single_up_to(w, offset + 1);
                 return Ok(offset);
             }
         }
         Err(value)
+    }
+
+    /// The single writer publishes every offset below `end` (written already): its private next
+    /// offset and the watermark move together, here only, so that they never disagree.
+    #[inline(always)]
+    fn publish_single_up_to(&self, w: &mut Writer<T>, end: u64) {
+        w.next = end;
+        // Release: publishes the slots below `end` (I2).
+        self.watermark.store(end, Ordering::Release);
     }
 
     /// The long path under the log's own policy, out of line, so that the short paths' callers
@@ -1367,9 +1374,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         // Nothing below runs user code until the record is published (I6).
         self.write(w, offset, value, meta, size);
         if self.single {
-            w.next = offset + 1;
-            // Release: publishes the slot (I2).
-            self.watermark.store(offset + 1, Ordering::Release);
+            self.publish_single_up_to(w, offset + 1);
         }
         self.after_publish();
         Ok(offset)
@@ -1451,9 +1456,7 @@ impl<T: Send + Sync + 'static> Log<T> {
             }
         }
         if self.single {
-            w.next = first + n;
-            // Release: publishes the whole run (I2).
-            self.watermark.store(first + n, Ordering::Release);
+            self.publish_single_up_to(w, first + n);
         }
         self.after_publish();
         Ok(first..first + n)
