@@ -1102,7 +1102,8 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// same work but where the compiler loaded the overflow policy (for the long path's call)
     /// before the checks, on every publish. What the direct call saves is the partition pick
     /// and the path byte's test: alternating binaries, ring-like topics, 12 rounds, medians
-    /// (2-core VM, one session; both with [`Segment::prefetch_far_ahead`]): single producer 1→1
+    /// (2-core VM, one session; both builds still fetching lines ahead for writing, since
+    /// removed, see [`Log::publish_single_short`]): single producer 1→1
     /// 196 → 208 M/s, 1→2 196 → 210; many producers ([`Log::publish_plain_multi`]) 1→1 123 →
     /// 128, 1→2 105 → 129, 2→2 110 → 125. A loop of publishes alone, without a reader, showed no
     /// difference beyond code placement (which moved even a minimal ring's loop by 20% between
@@ -1150,7 +1151,14 @@ impl<T: Send + Sync + 'static> Log<T> {
             if let Some(seg) = w.seg.as_deref() {
                 let meta = meta();
                 let i = (offset & self.mask) as usize;
-                seg.prefetch_far_ahead(i);
+                // No prefetch for writing here, unlike the other publish paths: it cost this
+                // loop more than the line transfers it hid. Alternating binaries, each pair run
+                // back to back so that both see the same VM state (2-core VM, aligned builds):
+                // publishing alone 200 → 265 M/s (20 pairs, median ratio 1.30); ring-like 1→1
+                // 140 → 156 (1.12), and in the harness (40 pairs) 1→1 ×1.08, 1→2 ×1.02, 1→4
+                // ×1.00, its fast state's best runs 259–267 → 281–295; 2 µs-paced latency alike
+                // (p50 ×1.04 against the Disruptor's own ×1.01–1.02 between the same pairs). It
+                // was 32 lines ahead; 8 and 16 measured like 32.
                 // SAFETY: the slot index `offset & mask` is below the segment's `mask + 1` slots;
                 // we are the single writer (`limit` is only non-zero for it), `offset` is not
                 // published yet (the watermark is at most `offset`), and it is below `limit`, the

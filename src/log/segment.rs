@@ -45,12 +45,10 @@ use crate::sync::{
     Mutex, Ordering, UnsafeCell,
 };
 
-/// A cache line, and how far ahead producers fetch the lines they will write: [`AHEAD`] bytes
-/// ([`Segment::prefetch_ahead`]), or [`FAR_AHEAD`] on the single producer's short path
-/// ([`Segment::prefetch_far_ahead`]).
+/// A cache line, and how far ahead producers fetch the lines they will write ([`AHEAD`] bytes,
+/// [`Segment::prefetch_ahead`]).
 const LINE: usize = 64;
 const AHEAD: usize = 8 * LINE;
-const FAR_AHEAD: usize = 32 * LINE;
 
 /// Fetches for writing the line `BYTES` bytes past element `i` of `array`, when `i` is the first
 /// element of a line (for elements up to a line long), and the target is inside the array.
@@ -335,30 +333,14 @@ impl<T> Segment<T> {
 
     /// Asks the CPU to start fetching, for writing, the cache line that holds the value of slot
     /// `i + ahead`, where `ahead` is about 8 cache lines, when `i` is the first slot of a line
-    /// (producers call it for every slot they write; a batch's run, [`Segment::write_values`],
-    /// for the first of each line). The lines they are about to write were last read by the
+    /// (many producers call it for every slot they write; a batch's run,
+    /// [`Segment::write_values`], for the first of each line; the single producer's one-record
+    /// path does not, see `Log::publish_single_short`). The lines they are about to write were last read by the
     /// readers a whole retention window ago, so without it each store waits for its line to come
     /// back. A hint only: no effect outside x86-64, under loom, or past the segment's end.
     #[inline(always)]
     pub(crate) fn prefetch_ahead(&self, i: usize) {
         fetch_line_ahead::<_, AHEAD>(&self.values, i);
-    }
-
-    /// [`Segment::prefetch_ahead`] four times as far ahead (32 lines, 2 KiB: 256 `u64` records),
-    /// for the single producer's short path, where 8 lines are only ~250 ns of publishing.
-    /// Measured, not derived: alternating binaries, ring-like topic, 8 rounds, medians, two sets
-    /// (2-core VM, one session, both builds calling the short path directly): 1→1 214–217 →
-    /// 233–257 M/s, 1→2 203–227 → 234–242 (16 and 64 lines were alike). Without the direct call
-    /// it measured alike (195 against 194 M/s), and with every prefetch at 32 lines (many
-    /// producers' stamps and values, batches) worse (158 against 191), so many producers and
-    /// batches keep 8 (their 2→2 with 32: 92–103 M/s against 92–114). Why the distance matters
-    /// only with the direct call I could not tell: the producer's samples sit on the instruction
-    /// after the value's store with or without a reader. All of this was measured before the
-    /// workspace held code placement still (`.cargo/config.toml`), which alone moved 1→1 by up
-    /// to ~20% (stop 18): "only with the direct call" may be placement; it wants measuring again.
-    #[inline(always)]
-    pub(crate) fn prefetch_far_ahead(&self, i: usize) {
-        fetch_line_ahead::<_, FAR_AHEAD>(&self.values, i);
     }
 
     /// [`Segment::prefetch_ahead`] for the stamp of slot `i + ahead` (multi-producer logs). A
