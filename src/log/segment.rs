@@ -335,9 +335,9 @@ impl<T> Segment<T> {
     /// `i + ahead`, where `ahead` is about 8 cache lines, when `i` is the first slot of a line
     /// (many producers call it for every slot they write; a batch's run,
     /// [`Segment::write_values`], for the first of each line; the single producer's one-record
-    /// path does not, see `Log::publish_single_short`). The lines they are about to write were last read by the
-    /// readers a whole retention window ago, so without it each store waits for its line to come
-    /// back. A hint only: no effect outside x86-64, under loom, or past the segment's end.
+    /// path does not, see `Log::publish_single_short`). The lines they are about to write were
+    /// last read by the readers a whole retention window ago, so without it each store waits for
+    /// its line to come back. A hint only: no effect outside x86-64, under loom, or past the segment's end.
     #[inline(always)]
     pub(crate) fn prefetch_ahead(&self, i: usize) {
         fetch_line_ahead::<_, AHEAD>(&self.values, i);
