@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Compare two or more builds of the harness on a machine whose speed moves under it (this VM).
+#
+#   perf/pairs.sh ROUNDS ROW 'HARNESS ARGS' BIN_A BIN_B [BIN_C ...]
+#   perf/pairs.sh 20 'single producer, ring-like' 'tput --subs 1 --runs 1 --only ring-like,Sleep' a b
+#
+# The VM's states last seconds to minutes and move every contender by up to 2x, so medians taken
+# over separate sets of runs say which state each set landed in more than which build is faster.
+# Here the binaries run back to back, in an order that flips every round, and each round gives
+# the ratio of every binary's figure to BIN_A's in that round; the median of those ratios is the
+# figure to quote. ROW picks the first table row whose contender name contains it; its median
+# column is the figure (for latency tables, lower is better: a ratio under 1 is then a gain).
+# Each round also prints the floor range from that row's table title, so a reader can see which
+# state the pair sampled. Build each binary with the workspace's code alignment (build in this
+# workspace and copy `target/release/logbus-perf` aside), or placement decides the result.
+set -euo pipefail
+
+if [ $# -lt 5 ]; then
+    sed -n 4,5p "$0" | sed 's/^# *//'
+    exit 2
+fi
+rounds=$1 row=$2 args=$3
+shift 3
+bins=("$@")
+n=${#bins[@]}
+ratios=$(mktemp)
+trap 'rm -f "$ratios"' EXIT
+
+# Prints "FIGURE FLOOR" for the first row matching $row in the harness output on stdin.
+figure() {
+    awk -F'|' -v row="$row" '
+        /^## / { title = $0 }
+        index($2, row) && !done {
+            v = $3; gsub(/ /, "", v)
+            floor = "?"
+            if (match(title, /floor [0-9]+ns(–[0-9]+ns)?/)) floor = substr(title, RSTART + 6, RLENGTH - 6)
+            print v, floor; done = 1
+        }'
+}
+
+for ((r = 1; r <= rounds; r++)); do
+    order=()
+    for ((i = 0; i < n; i++)); do
+        if ((r % 2)); then order+=("$i"); else order+=("$((n - 1 - i))"); fi
+    done
+    declare -a value floor
+    for i in "${order[@]}"; do
+        # shellcheck disable=SC2086 # the harness arguments are meant to split
+        read -r value[i] floor[i] < <("${bins[i]}" $args 2>/dev/null | figure) || value[i]=""
+    done
+    line="round $r:"
+    for ((i = 0; i < n; i++)); do
+        line+=" ${value[i]:-?} (floor ${floor[i]:-?})"
+        if ((i > 0)); then
+            ratio=$(awk -v a="${value[0]:-0}" -v b="${value[i]:-0}" 'BEGIN { if (a > 0) printf "%.3f", b / a; else print "?" }')
+            line+=" r$ratio"
+            echo "$i $ratio" >> "$ratios"
+        fi
+    done
+    echo "$line"
+done
+
+for ((i = 1; i < n; i++)); do
+    awk -v i="$i" -v name="${bins[i]}" -v base="${bins[0]}" '
+        $1 == i && $2 != "?" { v[++k] = $2 }
+        END {
+            if (!k) { print name ": no figures"; exit }
+            # insertion sort: k is the number of rounds
+            for (a = 2; a <= k; a++) { x = v[a]; b = a - 1; while (b > 0 && v[b] > x) { v[b + 1] = v[b]; b-- } v[b + 1] = x }
+            med = (k % 2) ? v[(k + 1) / 2] : (v[k / 2] + v[k / 2 + 1]) / 2
+            printf "%s / %s: median ratio %.3f over %d rounds (lowest %.3f, highest %.3f)\n", name, base, med, k, v[1], v[k]
+        }' "$ratios"
+done
