@@ -11,7 +11,8 @@
 # figure to quote. ROW picks the first table row whose contender name contains it; its median
 # column is the figure (for latency tables, lower is better: a ratio under 1 is then a gain).
 # Each round also prints the floor range from that row's table title, so a reader can see which
-# state the pair sampled. Build each binary with the workspace's code alignment (build in this
+# state the pair sampled. Set TABLE to take the row from the first table whose title contains it
+# (`TABLE='2→2' perf/pairs.sh ...` when the arguments run several fan-outs). Build each binary with the workspace's code alignment (build in this
 # workspace and copy `target/release/logbus-perf` aside), or placement decides the result.
 set -euo pipefail
 
@@ -28,9 +29,9 @@ trap 'rm -f "$ratios"' EXIT
 
 # Prints "FIGURE FLOOR" for the first row matching $row in the harness output on stdin.
 figure() {
-    awk -F'|' -v row="$row" '
+    awk -F'|' -v row="$row" -v table="${TABLE:-}" '
         /^## / { title = $0 }
-        index($2, row) && !done {
+        index($2, row) && index(title, table) && !done {
             v = $3; gsub(/ /, "", v)
             floor = "?"
             if (match(title, /floor [0-9]+ns(–[0-9]+ns)?/)) floor = substr(title, RSTART + 6, RLENGTH - 6)

@@ -27,13 +27,13 @@
 
 #[cfg(not(loom))]
 pub(crate) use std::sync::{
-    atomic::{fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering},
+    atomic::{fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering},
     Arc, Condvar, Mutex, MutexGuard,
 };
 
 #[cfg(loom)]
 pub(crate) use loom::sync::{
-    atomic::{fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering},
+    atomic::{fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering},
     Arc, Condvar, Mutex, MutexGuard,
 };
 
@@ -68,6 +68,20 @@ pub(crate) fn wait_timeout<'a, T>(
     match cond.wait_timeout(guard, timeout) {
         Ok((g, _)) => g,
         Err(poisoned) => poisoned.into_inner().0,
+    }
+}
+
+/// Sets every flag to 0 through `&mut` (no other thread can reach them): plain stores, which the
+/// compiler turns into one `memset` instead of a store per flag. Used on a pooled segment's stamps
+/// before it is installed again; the install's Release store publishes the zeros.
+pub(crate) fn clear_flags(flags: &mut [AtomicU8]) {
+    for f in flags.iter_mut() {
+        #[cfg(not(loom))]
+        {
+            *f.get_mut() = 0;
+        }
+        #[cfg(loom)]
+        f.with_mut(|v| *v = 0);
     }
 }
 

@@ -569,3 +569,32 @@ fn bounded_topics_get_segments_a_quarter_of_their_retention() {
         assert_eq!(r.try_next().unwrap().offset(), s.start);
     }
 }
+
+/// A multi-producer slot's stamp means "published" for its segment's current life only: a
+/// segment that comes back from the pool must not show its last life's records as new ones.
+#[test]
+fn a_reused_segment_shows_no_records_of_its_last_life() {
+    let t = Topic::<u64>::new(
+        "reuse",
+        TopicConfig::default().segment_size(4).max_records(4),
+    )
+    .unwrap();
+    let mut p = t.producer().unwrap();
+    // Segments of 4 slots keeping 4 records: each goes back to the pool and out again, full of
+    // its last life's published records, many times over.
+    for i in 0..256 {
+        p.publish(i).unwrap();
+    }
+    let mut r = t.reader(0, Start::Latest).unwrap();
+    for k in 0..64u64 {
+        assert_eq!(
+            r.try_next().map(|rec| *rec).unwrap_err(),
+            ReadError::Empty,
+            "offset {} was never published",
+            256 + k
+        );
+        p.publish(1000 + k).unwrap();
+        let rec = r.try_next().unwrap();
+        assert_eq!((*rec, rec.offset()), (1000 + k, 256 + k));
+    }
+}

@@ -6,7 +6,7 @@
 //!
 //! Publishing is reserve, write, publish:
 //! - **Multi-producer**: reserve with one `fetch_add(n)` on the cache-padded `tail`, write the value
-//!   and metadata, then store the slot's stamp (`offset + 1`) with Release.
+//!   and metadata, then store the slot's stamp (a byte: 1, see `segment`) with Release.
 //! - **Single-producer**: the one [`Writer`] takes its next offset from the `watermark`, which only
 //!   it stores, writes, then stores the watermark (every offset below it is published) with
 //!   Release. No read-modify-write at all.
@@ -565,7 +565,7 @@ impl<T: Send + Sync + 'static> Log<T> {
             offset < self.watermark.load(Ordering::Acquire)
         } else {
             // Acquire: pairs with the writer's Release store of the stamp (I2).
-            seg.stamp(i).load(Ordering::Acquire) == offset + 1
+            seg.stamp(i).load(Ordering::Acquire) != 0
         }
     }
 
@@ -581,7 +581,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         } else {
             let mut o = from;
             // Acquire: pairs with each writer's Release store of the stamp (I2).
-            while o < cap && seg.stamp((o - seg.base()) as usize).load(Ordering::Acquire) == o + 1 {
+            while o < cap && seg.stamp((o - seg.base()) as usize).load(Ordering::Acquire) != 0 {
                 o += 1;
             }
             o
@@ -1519,7 +1519,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         }
         if !self.single {
             // Release: publishes the slot (I2).
-            seg.stamp(i).store(offset + 1, Ordering::Release);
+            seg.stamp(i).store(1, Ordering::Release);
         }
     }
 

@@ -7,8 +7,11 @@
 //!   time word is packed into 6 bytes (see [`Segment::write`]), so a timestamped record of `T`
 //!   costs `size_of::<T>() + 6` bytes; the key array, and the wide-time array for timestamps that
 //!   do not fit the packing, are allocated only when a segment first needs them;
-//! - on multi-producer logs only, the stamp: `offset + 1` once the slot is published, anything
-//!   else before. Single-producer logs publish a watermark instead and keep no stamps.
+//! - on multi-producer logs only, the stamp: one byte, 1 once the slot is published in the
+//!   segment's current life (its current `base`), 0 before. A segment's stamps are all 0 when it is
+//!   installed (fresh, or zeroed when taken from the pool), and each slot is reserved exactly once
+//!   per life (I1), so a 1 can only be this life's publication. Single-producer logs publish a
+//!   watermark instead and keep no stamps.
 //!
 //! # Lifetime
 //! A segment is reference counted. The log's directory owns one reference from install until the
@@ -25,7 +28,8 @@
 //!   values are dropped (like `Arc::drop`).
 //! - `stamps[i]`: stored with Release after the value and metadata are written; loaded with Acquire
 //!   by readers, which makes the value visible (I2). The drop scan runs after the Acquire fence above
-//!   and may use Relaxed.
+//!   and may use Relaxed, and so may the zeroing of a pooled segment's stamps in `Pool::take`: the
+//!   segment is ours alone there, and installing it publishes the zeros with Release.
 //! - `filled` (single producer): stored with Release by the producer when it leaves the segment,
 //!   before it drops its reference; read after the zero-count Acquire fence.
 //! - `bytes`: a Relaxed counter used by byte retention, read under the log's admin lock.
@@ -41,8 +45,8 @@ use std::ptr::NonNull;
 use crate::clock;
 
 use crate::sync::{
-    fence, lock, move_into, prefetch, prefetch_write, Arc, AtomicPtr, AtomicU64, AtomicUsize,
-    Mutex, Ordering, UnsafeCell,
+    clear_flags, fence, lock, move_into, prefetch, prefetch_write, Arc, AtomicPtr, AtomicU64,
+    AtomicU8, AtomicUsize, Mutex, Ordering, UnsafeCell,
 };
 
 /// A cache line, and how far ahead producers fetch the lines they will write ([`AHEAD`] bytes,
@@ -134,8 +138,11 @@ pub(crate) struct Segment<T> {
     /// Full timestamps of the slots whose packed word says `WIDE` (stamped more than ~19 hours
     /// from the segment's install). Allocated on first need, like `keys`.
     wide: AtomicPtr<WordCell>,
-    /// `offset + 1` once published (multi-producer logs); empty on single-producer logs.
-    stamps: Box<[AtomicU64]>,
+    /// 1 once published in this life, 0 before (multi-producer logs); empty on single-producer
+    /// logs. One byte a slot, where it was the 8-byte `offset + 1`: a reader's scan of them pulls
+    /// one line per 64 records instead of one per 8, beside the values' lines, and a retained
+    /// record costs 7 bytes less.
+    stamps: Box<[AtomicU8]>,
     /// Where the segment goes when its last reference is dropped. `None` while it sits in the pool,
     /// so the pool never owns a reference to itself.
     pool: Option<Arc<Pool<T>>>,
@@ -163,7 +170,7 @@ impl<T> Segment<T> {
             keys: AtomicPtr::new(std::ptr::null_mut()),
             wide: AtomicPtr::new(std::ptr::null_mut()),
             stamps: if stamped {
-                (0..size).map(|_| AtomicU64::new(0)).collect()
+                (0..size).map(|_| AtomicU8::new(0)).collect()
             } else {
                 Box::default()
             },
@@ -189,7 +196,7 @@ impl<T> Segment<T> {
 
     /// The stamp of slot `i` (multi-producer logs only).
     #[inline]
-    pub(crate) fn stamp(&self, i: usize) -> &AtomicU64 {
+    pub(crate) fn stamp(&self, i: usize) -> &AtomicU8 {
         &self.stamps[i]
     }
 
@@ -465,7 +472,7 @@ impl<T> Segment<T> {
         let filled = self.filled.load(Ordering::Relaxed);
         for i in 0..self.values.len() {
             let present = if stamped {
-                self.stamps[i].load(Ordering::Relaxed) == self.base + i as u64 + 1
+                self.stamps[i].load(Ordering::Relaxed) != 0
             } else {
                 i < filled
             };
@@ -611,7 +618,10 @@ impl<T> Pool<T> {
     pub(crate) fn take(this: &Arc<Self>, base: u64) -> *mut Segment<T> {
         let spare = lock(&this.spare).pop();
         let mut seg = match spare {
-            Some(seg) => {
+            Some(mut seg) => {
+                // Its last life's publications: a stamp must mean this life's (see the module
+                // docs). Dropping values already cleared theirs; values that need no drop did not.
+                clear_flags(&mut seg.stamps);
                 // Relaxed: the segment is ours alone (it came out of the pool).
                 if !this.timestamps && !seg.keys.load(Ordering::Relaxed).is_null() {
                     for cell in seg.times.iter() {
