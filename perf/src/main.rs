@@ -253,10 +253,9 @@ trait Sink: FnMut(u64) -> bool + Send + 'static {}
 impl<F: FnMut(u64) -> bool + Send + 'static> Sink for F {}
 
 /// A sender of one producer. Every `send` is `#[inline(always)]`, so that a run's loop holds each
-/// library's publish inline, as a user's tight loop would: with `#[inline]` alone the compiler kept
-/// logbus's `send` (its inlined publish, with the cold paths of every topic set-up) out of line,
-/// and the call per message cost logbus's 1→1 ~30% (the same engine, 500 M/s in the harness
-/// against 700 in a loop calling `publish` directly, on a 2-vCPU Xeon).
+/// library's publish inline, as a user's tight loop would (with `#[inline]` alone the compiler kept
+/// some out of line, logbus's among them: one call per message, though on the 2-vCPU Xeon that
+/// measured alike for logbus, whose reader bounded it; see `order_sink`).
 trait Tx: Send {
     fn send(&mut self, v: u64);
     /// Sends producer `p`'s messages `0..n` in order, one by one (the throughput scenario's loop,

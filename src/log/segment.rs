@@ -620,7 +620,9 @@ impl<T> Pool<T> {
         let mut seg = match spare {
             Some(mut seg) => {
                 // Its last life's publications: a stamp must mean this life's (see the module
-                // docs). Dropping values already cleared theirs; values that need no drop did not.
+                // docs). `drop_values` cleared the stamps of values it dropped (so that a pooled
+                // segment freed later does not drop them again); values that need no drop kept
+                // theirs.
                 clear_flags(&mut seg.stamps);
                 // Relaxed: the segment is ours alone (it came out of the pool).
                 if !this.timestamps && !seg.keys.load(Ordering::Relaxed).is_null() {
