@@ -44,10 +44,10 @@ for ((r = 1; r <= rounds; r++)); do
     for ((i = 0; i < n; i++)); do
         if ((r % 2)); then order+=("$i"); else order+=("$((n - 1 - i))"); fi
     done
-    declare -a value floor
+    value=() floor=() # this round's only: a run that prints no figure leaves "?"
     for i in "${order[@]}"; do
         # shellcheck disable=SC2086 # the harness arguments are meant to split
-        read -r value[i] floor[i] < <("${bins[i]}" $args 2>/dev/null | figure) || value[i]=""
+        read -r "value[i]" "floor[i]" < <("${bins[i]}" $args 2>/dev/null | figure) || true
     done
     line="round $r:"
     for ((i = 0; i < n; i++)); do
