@@ -7,7 +7,7 @@
 //!
 //! What lives here:
 //! - atomics, `fence`, `Arc`, `Mutex`, `Condvar`, `thread`, `UnsafeCell` (with loom's closure API on
-//!   both sides);
+//!   both sides), and [`SlotBase`], a writer's raw handle on an array of cells;
 //! - [`Futex`]: a 32-bit word a thread can sleep on (atomic-wait), with a timed wait of our own;
 //! - [`light_barrier`] / [`heavy_barrier`]: the asymmetric pair used by the park/wake handshake;
 //! - [`Epoch`]: pinning for crossbeam-epoch reclamation;
@@ -168,6 +168,90 @@ impl<T> UnsafeCell<T> {
         return f(self.0.get());
         #[cfg(loom)]
         return self.0.with_mut(f);
+    }
+}
+
+/// A writer's handle on an array of value cells (a segment's), addressed by log offset: the
+/// array's address less its first offset, so that writing the value at an offset is one store,
+/// with no mask, no bounds check and no load of the array's address. Under loom it keeps the array
+/// and its first offset instead, and writes through the cell, which loom tracks.
+///
+/// It owns nothing: whoever holds one must hold the array alive too (a writer holds a counted
+/// reference to the segment beside it). It writes only through `&mut self`, so sharing `&SlotBase`
+/// between threads allows nothing.
+pub(crate) struct SlotBase<T> {
+    /// `cells[0]`'s address, moved back by `first` elements (with wrapping arithmetic: it may
+    /// point outside the array; only `first..first + len` are ever written through it).
+    #[cfg(not(loom))]
+    origin: *mut T,
+    #[cfg(loom)]
+    cells: *const UnsafeCell<std::mem::MaybeUninit<T>>,
+    #[cfg(loom)]
+    first: u64,
+}
+
+// SAFETY: a `SlotBase` is only an address; the right to write through it comes from the caller's
+// contract on `write` (exclusive access to an unpublished slot of a live array), which moves with
+// the writer that holds it. `T: Send`: the values written through it are sent to the array.
+unsafe impl<T: Send> Send for SlotBase<T> {}
+// SAFETY: nothing can be done through `&SlotBase` (writes take `&mut self`).
+unsafe impl<T> Sync for SlotBase<T> {}
+
+impl<T> SlotBase<T> {
+    /// A handle that must not be written through (a writer with no segment yet).
+    pub(crate) const fn unset() -> Self {
+        SlotBase {
+            #[cfg(not(loom))]
+            origin: std::ptr::null_mut(),
+            #[cfg(loom)]
+            cells: std::ptr::null(),
+            #[cfg(loom)]
+            first: 0,
+        }
+    }
+
+    /// The handle on `cells`, whose element 0 holds offset `first`.
+    pub(crate) fn new(cells: &[UnsafeCell<std::mem::MaybeUninit<T>>], first: u64) -> Self {
+        #[cfg(not(loom))]
+        {
+            let start = cells
+                .as_ptr()
+                .cast::<std::cell::UnsafeCell<std::mem::MaybeUninit<T>>>();
+            // Our cell is `repr(transparent)` over std's, which is laid out like its contents, so
+            // the cells are an array of `T`. Wrapping: `origin` keeps the array's provenance and
+            // only ever comes back inside it (see `write`).
+            let origin = std::cell::UnsafeCell::raw_get(start)
+                .cast::<T>()
+                .wrapping_sub(first as usize);
+            SlotBase { origin }
+        }
+        #[cfg(loom)]
+        SlotBase {
+            cells: cells.as_ptr(),
+            first,
+        }
+    }
+
+    /// Moves `value` into the cell of `offset`.
+    ///
+    /// # Safety
+    /// `offset` lies in `first..first + len` of the array this handle was made from, that array
+    /// is still alive, and the caller has exclusive access to that cell, which holds no value
+    /// (reserved, not yet published).
+    #[inline(always)]
+    pub(crate) unsafe fn write(&mut self, offset: u64, value: T) {
+        #[cfg(not(loom))]
+        // SAFETY: `origin + offset` is `cells[offset - first]` (the same wrapping arithmetic
+        // backwards), inside the live array by the caller's contract, which also gives us the
+        // exclusive access that writing through a shared cell needs.
+        unsafe {
+            self.origin.wrapping_add(offset as usize).write(value)
+        };
+        #[cfg(loom)]
+        // SAFETY: as above: the cell is inside the live array, and ours alone for now.
+        unsafe {
+            (*self.cells.add((offset - self.first) as usize)).with_mut(|p| (*p).write(value));
+        }
     }
 }
 

@@ -291,9 +291,9 @@ impl<T: Send + Sync + 'static> Topic<T> {
                 }
             }
         }
-        let parts = self
-            .inner
-            .partitions
+        // A topic has at least one partition (`TopicConfig` refuses zero).
+        let first = CachePadded::new((self.inner.partitions[0].clone(), writers.remove(0)));
+        let rest = self.inner.partitions[1..]
             .iter()
             .cloned()
             .zip(writers)
@@ -301,12 +301,13 @@ impl<T: Send + Sync + 'static> Topic<T> {
             .collect();
         Ok(Producer {
             topic: self.clone(),
-            parts,
+            first,
+            rest,
             size_of: self.inner.partitions[0].size_fn().cloned(),
             next: 0,
             direct: match &self.inner.partitions[..] {
-                [log] if log.path() != Path::Other => Some(log.path()),
-                _ => None,
+                [log] => log.path(),
+                _ => Path::Other,
             },
             buffer: Vec::new(),
             sizes: Vec::new(),
@@ -491,6 +492,20 @@ impl<T: fmt::Debug> std::error::Error for PublishToError<T> {}
 /// One partition's log and a producer's place in it.
 type Part<T> = (Arc<Log<T>>, Writer<T>);
 
+/// Partition `p`'s log and writer, out of a producer's `first` and `rest` (`p` is in range: the
+/// callers picked or checked it).
+#[inline(always)]
+fn part<'a, T>(
+    first: &'a mut CachePadded<Part<T>>,
+    rest: &'a mut [CachePadded<Part<T>>],
+    p: u32,
+) -> &'a mut Part<T> {
+    match p.checked_sub(1) {
+        None => first,
+        Some(i) => &mut rest[i as usize],
+    }
+}
+
 /// The fast way to publish from one thread: keeps its place in each partition, so a publish is one
 /// reservation, one write and one publishing store.
 ///
@@ -498,16 +513,21 @@ type Part<T> = (Arc<Log<T>>, Writer<T>);
 /// topic's producer role back.
 pub struct Producer<T: Send + Sync + 'static> {
     topic: Topic<T>,
-    /// Each partition's log and this producer's place in it (kept here: no pointer chase per publish).
-    /// Cache-padded: the writer's place changes on every publish, and a small heap block next to
-    /// it (a reader's, say) would otherwise share its cache line with another core.
-    parts: Vec<CachePadded<Part<T>>>,
+    /// Partition 0's log and this producer's place in it, kept in the producer itself, so that a
+    /// one-partition topic's publish loads its words from here, not through a vector (measured
+    /// at `Log::publish_single_short`). Cache-padded: the writer's place changes on every publish,
+    /// and whatever sits next to it (a reader's words, say) would otherwise share its cache line
+    /// with another core.
+    first: CachePadded<Part<T>>,
+    /// The other partitions', likewise (no pointer chase per publish beyond the vector's).
+    rest: Vec<CachePadded<Part<T>>>,
     size_of: Option<SizeFn<T>>,
     next: usize,
-    /// One partition, whose log takes one of the plain short paths (no time stamps): that path.
-    /// `publish` goes straight to it, without picking a partition or reading the log's path
-    /// byte (measured in `Log::publish_plain_single`'s doc).
-    direct: Option<Path>,
+    /// One partition, whose log takes one of the plain short paths (no time stamps): that path,
+    /// and `publish` goes straight to it, without picking a partition or reading the log's path
+    /// byte (measured in `Log::publish_plain_single`'s doc). [`Path::Other`] otherwise. Not an
+    /// `Option`: matching one compiled to a jump table, an indirect jump per publish.
+    direct: Path,
     buffer: Vec<T>,
     sizes: Vec<u64>,
 }
@@ -528,7 +548,7 @@ impl<T: Send + Sync + 'static> Producer<T> {
 
     #[inline(always)]
     fn pick(&mut self) -> u32 {
-        let n = self.parts.len();
+        let n = 1 + self.rest.len();
         if n == 1 {
             return 0; // one partition: nothing to rotate (the common case, kept to one compare)
         }
@@ -544,7 +564,7 @@ impl<T: Send + Sync + 'static> Producer<T> {
         key: Option<u64>,
         value: T,
     ) -> Result<Published, PublishError<T>> {
-        let (log, w) = &mut *self.parts[partition as usize];
+        let (log, w) = part(&mut self.first, &mut self.rest, partition);
         // No size: the log's long path measures the record when byte retention needs it (the
         // producer holds no claim it could leak if the size function panics).
         log.publish(w, value, key)
@@ -554,20 +574,20 @@ impl<T: Send + Sync + 'static> Producer<T> {
     /// Publishes a record (round-robin over partitions).
     #[inline(always)]
     pub fn publish(&mut self, value: T) -> Result<Published, PublishError<T>> {
-        if let (Some(path), Some(part)) = (self.direct, self.parts.first_mut()) {
-            let (log, w) = &mut **part;
-            let published = if path == Path::PlainSingle {
-                log.publish_plain_single(w, value, None)
-            } else {
-                log.publish_plain_multi(w, value, None) // `direct` holds no other path
-            };
-            return published.map(|offset| Published {
-                partition: 0,
-                offset,
-            });
-        }
-        let p = self.pick();
-        self.publish_at(p, None, value)
+        // The single producer's path first, so that its publish tests the path byte once.
+        let (log, w) = &mut *self.first;
+        let published = if self.direct == Path::PlainSingle {
+            log.publish_plain_single(w, value, None)
+        } else if self.direct == Path::PlainMulti {
+            log.publish_plain_multi(w, value, None)
+        } else {
+            let p = self.pick();
+            return self.publish_at(p, None, value);
+        };
+        published.map(|offset| Published {
+            partition: 0,
+            offset,
+        })
     }
 
     /// Publishes a record to one partition.
@@ -616,7 +636,7 @@ impl<T: Send + Sync + 'static> Producer<T> {
         if let Some(f) = &self.size_of {
             self.sizes.extend(self.buffer.iter().map(|v| f(v) as u64));
         }
-        let (log, w) = &mut *self.parts[partition as usize];
+        let (log, w) = part(&mut self.first, &mut self.rest, partition);
         match log.publish_batch(w, &mut self.buffer, &self.sizes) {
             Ok(offsets) => Ok(PublishedBatch { partition, offsets }),
             Err(e) => Err(e.map(|()| std::mem::take(&mut self.buffer))),
@@ -626,7 +646,7 @@ impl<T: Send + Sync + 'static> Producer<T> {
 
 impl<T: Send + Sync + 'static> Drop for Producer<T> {
     fn drop(&mut self) {
-        for part in self.parts.iter_mut() {
+        for part in std::iter::once(&mut self.first).chain(self.rest.iter_mut()) {
             let (log, w) = &mut **part;
             log.release_writer(w);
         }

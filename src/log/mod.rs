@@ -63,7 +63,7 @@ use crate::{
     sync::{
         fence, heavy_barrier, init_barriers, light_barrier, light_barrier_as,
         light_barrier_is_free, lock, spin_hint, unprotected, yield_now, Arc, Atomic, AtomicBool,
-        AtomicU64, CachePadded, Epoch, Futex, Guard, Mutex, Ordering, Owned,
+        AtomicU64, CachePadded, Epoch, Futex, Guard, Mutex, Ordering, Owned, SlotBase,
     },
 };
 use directory::Directory;
@@ -1003,6 +1003,7 @@ impl<T: Send + Sync + 'static> Log<T> {
                 seg: None,
                 limit: 0,
                 next: 0,
+                slots: SlotBase::unset(),
             });
         }
         // Acquire: pairs with the Release in `release_writer`: we continue where it stopped.
@@ -1014,6 +1015,7 @@ impl<T: Send + Sync + 'static> Log<T> {
             seg: None,
             limit: 0,
             next: self.single_next(),
+            slots: SlotBase::unset(),
         })
     }
 
@@ -1148,25 +1150,41 @@ impl<T: Send + Sync + 'static> Log<T> {
         // `room_cached` is also the close check: `close` sets the cached room to 0 (see `close`
         // for the race this leaves on single-producer logs).
         if offset < w.limit && self.room_cached(offset) {
-            if let Some(seg) = w.seg.as_deref() {
-                let meta = meta();
-                let i = (offset & self.mask) as usize;
-                // No prefetch for writing here, unlike the other publish paths: it cost this
-                // loop more than the line transfers it hid. Alternating binaries, each pair run
-                // back to back so that both see the same VM state (2-core VM, aligned builds):
-                // publishing alone 200 → 265 M/s (20 pairs, median ratio 1.30); ring-like 1→1
-                // 140 → 156 (1.12), and in the harness (40 pairs) 1→1 ×1.08, 1→2 ×1.02, 1→4
-                // ×1.00, its fast state's best runs 259–267 → 281–295; 2 µs-paced latency alike
-                // (p50 ×1.04 against the Disruptor's own ×1.01–1.02 between the same pairs). It
-                // was 32 lines ahead; 8 and 16 measured like 32.
-                // SAFETY: the slot index `offset & mask` is below the segment's `mask + 1` slots;
-                // we are the single writer (`limit` is only non-zero for it), `offset` is not
-                // published yet (the watermark is at most `offset`), and it is below `limit`, the
-                // end of the segment `w` holds a reference to.
-                unsafe { seg.write(i, value, meta) };
-                self.publish_single_up_to(w, offset + 1);
-                return Ok(offset);
+            // No prefetch for writing here, unlike the other publish paths: it cost this loop
+            // more than the line transfers it hid. Alternating binaries, each pair run back to
+            // back so that both see the same VM state (2-core AMD VM, aligned builds): publishing
+            // alone 200 → 265 M/s (20 pairs, median ratio 1.30); ring-like 1→1 140 → 156 (1.12),
+            // and in the harness (40 pairs) 1→1 ×1.08, 1→2 ×1.02, 1→4 ×1.00, its fast state's
+            // best runs 259–267 → 281–295; 2 µs-paced latency alike (p50 ×1.04 against the
+            // Disruptor's own ×1.01–1.02 between the same pairs). It was 32 lines ahead; 8 and 16
+            // measured like 32. On the 2-vCPU Xeon, 8 lines ahead again: publishing alone 830 →
+            // 600 M/s, 1→1 (a standalone loop, 3 pairs) 720 → 540.
+            //
+            // The value goes through `w.slots`, not the segment: a plain topic's publish (no
+            // timestamp, no key: `meta` is zero, known at compile time on that path) then loads
+            // nothing but the log's `room_end` and `state` and the writer's own words. On the
+            // Xeon this loop is what bounds 1→1 (the reader waits for it half the time), and it
+            // ran ~33 instructions a publish. Through `w.slots`, with the producer's first
+            // partition kept in the producer (`Producer::first`), it runs 25; publishing alone
+            // 830 → 1075 M/s, and the harness's ring-like 1→1 ×1.28 (4 alternating pairs,
+            // 1.21–1.37).
+            let meta = meta();
+            if meta.is_empty() {
+                // SAFETY: `offset` is below `limit`, the end of `w.seg`, and not below its base
+                // (the writer took that segment for an offset at or before `offset`, and only
+                // moves forward), so it is one of the cells `w.slots` was made from, alive while
+                // `w` holds its reference; we are the single writer (`limit` is only non-zero
+                // for it) and `offset` is not published yet (the watermark is at most `offset`).
+                unsafe { w.slots.write(offset, value) };
+            } else if let Some(seg) = w.seg.as_deref() {
+                // SAFETY: the slot index `offset & mask` is below the segment's `mask + 1`
+                // slots, and the rest is as above.
+                unsafe { seg.write((offset & self.mask) as usize, value, meta) };
+            } else {
+                return Err(value); // no segment (never with `limit` set): the long path
             }
+            self.publish_single_up_to(w, offset + 1);
+            return Ok(offset);
         }
         Err(value)
     }
@@ -1703,6 +1721,12 @@ pub(crate) struct Writer<T> {
     /// Single producer without byte retention: the end of `seg`, so offsets below it may take the
     /// short path of [`Log::publish`]. Zero otherwise (every publish takes the long path).
     limit: u64,
+    /// `seg`'s values by offset, written through by the short path for offsets below `limit`
+    /// (unset, and never used, while `limit` is zero). It spares that path four instructions a
+    /// publish (the segment's address, its mask, the array's address and the `Some` test), a
+    /// sixth of its loop on the Xeon, where the single producer's loop bounds 1→1 (see
+    /// [`Log::publish_single_short`]).
+    slots: SlotBase<T>,
 }
 
 impl<T: Send + Sync + 'static> Writer<T> {
@@ -1719,9 +1743,11 @@ impl<T: Send + Sync + 'static> Writer<T> {
             }
             log.prepare(index);
             self.seg = log.acquire(index);
-            self.limit = match &self.seg {
-                Some(seg) if log.single && log.fast => seg.base() + seg.len() as u64,
-                _ => 0,
+            (self.limit, self.slots) = match &self.seg {
+                Some(seg) if log.single && log.fast => {
+                    (seg.base() + seg.len() as u64, seg.slot_base())
+                }
+                _ => (0, SlotBase::unset()),
             };
         }
         self.seg.as_deref()

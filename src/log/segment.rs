@@ -46,7 +46,7 @@ use crate::clock;
 
 use crate::sync::{
     clear_flags, fence, lock, move_into, prefetch, prefetch_write, Arc, AtomicPtr, AtomicU64,
-    AtomicU8, AtomicUsize, Mutex, Ordering, UnsafeCell,
+    AtomicU8, AtomicUsize, Mutex, Ordering, SlotBase, UnsafeCell,
 };
 
 /// A cache line, and how far ahead producers fetch the lines they will write ([`AHEAD`] bytes,
@@ -100,6 +100,13 @@ impl Meta {
                 key: 0,
             },
         }
+    }
+
+    /// No timestamp and no key: nothing to write, as a slot's time word already reads that way
+    /// (see [`Segment::write`]).
+    #[inline(always)]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.ts_and_flag == 0
     }
 
     pub(crate) fn timestamp_nanos(&self) -> u64 {
@@ -188,6 +195,12 @@ impl<T> Segment<T> {
         self.values.len()
     }
 
+    /// A handle for writing this segment's values by offset (see [`SlotBase`]): the single
+    /// producer's one-record path, which then needs neither the segment's address nor its mask.
+    pub(crate) fn slot_base(&self) -> SlotBase<T> {
+        SlotBase::new(&self.values, self.base)
+    }
+
     /// Starts loading slot `i`'s value into this core's cache (a hint; see [`prefetch`]).
     #[inline]
     pub(crate) fn prefetch_value(&self, i: usize) {
@@ -256,7 +269,7 @@ impl<T> Segment<T> {
         // SAFETY: slots `i..i + n` exist and are the caller's alone; `src` holds `n` values the
         // caller gives up (the caller's contract).
         unsafe { move_into(&self.values[i..i + n], src) };
-        if meta.ts_and_flag != 0 {
+        if !meta.is_empty() {
             for k in i..i + n {
                 // SAFETY: as above, `k < len`.
                 unsafe { self.write_meta(k, meta) };
@@ -273,7 +286,7 @@ impl<T> Segment<T> {
         // A zero word (no timestamp, no key) is not written: the slot's word is already 0
         // (segments start zeroed, and the pool zeroes a reused one that may hold a key's flag),
         // which spares topics without timestamps a store per record.
-        if meta.ts_and_flag == 0 {
+        if meta.is_empty() {
             return;
         }
         // The common case, an unkeyed stamp within range, in one compare (a keyed record's flag
