@@ -306,8 +306,11 @@ impl<T: Send + Sync + 'static> Topic<T> {
             size_of: self.inner.partitions[0].size_fn().cloned(),
             next: 0,
             direct: match &self.inner.partitions[..] {
-                [log] => log.path(),
-                _ => Path::Other,
+                [log] => (
+                    log.path() == Path::PlainSingle,
+                    log.path() == Path::PlainMulti,
+                ),
+                _ => (false, false),
             },
             buffer: Vec::new(),
             sizes: Vec::new(),
@@ -523,11 +526,14 @@ pub struct Producer<T: Send + Sync + 'static> {
     rest: Vec<CachePadded<Part<T>>>,
     size_of: Option<SizeFn<T>>,
     next: usize,
-    /// One partition, whose log takes one of the plain short paths (no time stamps): that path,
-    /// and `publish` goes straight to it, without picking a partition or reading the log's path
-    /// byte (measured in `Log::publish_plain_single`'s doc). [`Path::Other`] otherwise. Not an
-    /// `Option`: matching one compiled to a jump table, an indirect jump per publish.
-    direct: Path,
+    /// One partition, whose log takes one of the plain short paths (no time stamps): whether
+    /// that is [`Path::PlainSingle`], and whether [`Path::PlainMulti`]. `publish` then goes
+    /// straight to it, without picking a partition or reading the log's path byte (measured in
+    /// `Log::publish_plain_single`'s doc). Two flags, not the `Path`: the compiler tested a
+    /// `Path` for the many-producer path first, whatever the source's order or the values, so
+    /// the single producer's publish made two compares (and matching an `Option<Path>` made a
+    /// jump table, an indirect jump per publish).
+    direct: (bool, bool),
     buffer: Vec<T>,
     sizes: Vec<u64>,
 }
@@ -574,11 +580,10 @@ impl<T: Send + Sync + 'static> Producer<T> {
     /// Publishes a record (round-robin over partitions).
     #[inline(always)]
     pub fn publish(&mut self, value: T) -> Result<Published, PublishError<T>> {
-        // The single producer's path first, so that its publish tests the path byte once.
         let (log, w) = &mut *self.first;
-        let published = if self.direct == Path::PlainSingle {
+        let published = if self.direct.0 {
             log.publish_plain_single(w, value, None)
-        } else if self.direct == Path::PlainMulti {
+        } else if self.direct.1 {
             log.publish_plain_multi(w, value, None)
         } else {
             let p = self.pick();
