@@ -255,6 +255,48 @@ impl<T> SlotBase<T> {
     }
 }
 
+/// The values held in `cells`, in order: outside loom a plain slice's iterator (our cell is
+/// `repr(transparent)` over std's, which is laid out like its contents, so the cells are an array
+/// of `T`), whose loop keeps the array's address in a register; under loom a read through each
+/// cell, which loom tracks.
+///
+/// # Safety
+/// Every cell holds a value, and none is written or dropped while the returned borrow lasts.
+#[cfg(not(loom))]
+#[inline]
+pub(crate) unsafe fn values_of<T>(
+    cells: &[UnsafeCell<std::mem::MaybeUninit<T>>],
+) -> std::slice::Iter<'_, T> {
+    let first = cells
+        .as_ptr()
+        .cast::<std::cell::UnsafeCell<std::mem::MaybeUninit<T>>>();
+    // SAFETY: the cells are `cells.len()` contiguous `T`s (see above), all initialized and left
+    // unwritten while borrowed (the caller's contract); a pointer from `raw_get` may be read
+    // through for as long as that holds.
+    unsafe {
+        std::slice::from_raw_parts(
+            std::cell::UnsafeCell::raw_get(first).cast::<T>(),
+            cells.len(),
+        )
+    }
+    .iter()
+}
+
+/// See the non-loom `values_of`.
+///
+/// # Safety
+/// As there.
+#[cfg(loom)]
+#[inline]
+pub(crate) unsafe fn values_of<T>(
+    cells: &[UnsafeCell<std::mem::MaybeUninit<T>>],
+) -> impl ExactSizeIterator<Item = &T> {
+    // SAFETY: each cell holds a value and is not written while borrowed (the caller's contract).
+    cells
+        .iter()
+        .map(|cell| cell.with(|p| unsafe { (*p).assume_init_ref() }))
+}
+
 /// Moves `cells.len()` values from `src` into `cells`: one copy outside loom (our cell is
 /// `repr(transparent)` over std's, which is laid out like its contents, so the cells are an array
 /// of `T`), cell by cell under loom, whose cells track each access.

@@ -383,6 +383,43 @@ fn single_producer_offsets_stay_dense_across_paths_and_producers() {
     );
 }
 
+/// A producer spreads its publishes round-robin over the partitions on every kind of topic, the
+/// single producer's plain ones included (whose one-partition publish skips the partition pick),
+/// and each partition holds its records densely and in order, across segment boundaries.
+#[test]
+fn a_producer_goes_round_robin_over_partitions_on_every_kind_of_topic() {
+    for single in [true, false] {
+        for timestamps in [true, false] {
+            for partitions in [1u32, 3] {
+                let mut config = TopicConfig::default()
+                    .segment_size(4)
+                    .partitions(partitions)
+                    .timestamps(timestamps);
+                if single {
+                    config = config.single_producer();
+                }
+                let case = format!("single {single}, timestamps {timestamps}, {partitions}");
+                let t = topic(config);
+                let mut p = t.producer().unwrap();
+                let mut want = vec![Vec::new(); partitions as usize];
+                for v in 0..30u64 {
+                    let at = p.publish(v).unwrap();
+                    let part = (v % u64::from(partitions)) as usize;
+                    assert_eq!(at.partition as usize, part, "{case}: record {v}");
+                    assert_eq!(at.offset, want[part].len() as u64, "{case}: record {v}");
+                    want[part].push(v);
+                }
+                t.close();
+                for (part, want) in want.iter().enumerate() {
+                    let mut r = t.reader(part as u32, Start::Earliest).unwrap();
+                    let got: Vec<u64> = r.iter().map(|rec| rec.unwrap().value).collect();
+                    assert_eq!(&got, want, "{case}: partition {part}");
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn a_panicking_batch_iterator_publishes_nothing() {
     for config in both_modes() {

@@ -84,13 +84,15 @@ fn nanos(d: Duration) -> u64 {
 /// `state` bits 0..24: number of parked readers.
 const PARKED_ONE: u64 = 1;
 const PARKED_MASK: u64 = (1 << 24) - 1;
-/// `state` bits 24..48: number of publishers parked by `Overflow::Block`.
-const BLOCKED_ONE: u64 = 1 << 24;
-const BLOCKED_MASK: u64 = ((1 << 24) - 1) << 24;
-/// `state` bit 62: `final_end` holds the last offset + 1 ever published.
-const FINAL: u64 = 1 << 62;
-/// `state` bit 63: the log is closed; nothing more may be published.
-const CLOSED: u64 = 1 << 63;
+/// `state` bit 24: the log is closed; nothing more may be published. Next to the parked count,
+/// so that the test every publish makes, `PARKED_MASK | CLOSED`, fits an instruction's 32-bit
+/// immediate (at bit 63 the compiler built the mask in a register, an instruction more a publish).
+const CLOSED: u64 = 1 << 24;
+/// `state` bit 25: `final_end` holds the last offset + 1 ever published.
+const FINAL: u64 = 1 << 25;
+/// `state` bits 26..50: number of publishers parked by `Overflow::Block`.
+const BLOCKED_ONE: u64 = 1 << 26;
+const BLOCKED_MASK: u64 = ((1 << 24) - 1) << 26;
 
 /// A cursor's futex word values.
 pub(crate) const RUNNING: u32 = 0;
@@ -1002,6 +1004,8 @@ impl<T: Send + Sync + 'static> Log<T> {
             return Ok(Writer {
                 seg: None,
                 limit: 0,
+                plain_limit: 0,
+                sole: false,
                 next: 0,
                 slots: SlotBase::unset(),
             });
@@ -1014,6 +1018,8 @@ impl<T: Send + Sync + 'static> Log<T> {
         Ok(Writer {
             seg: None,
             limit: 0,
+            plain_limit: 0,
+            sole: false,
             next: self.single_next(),
             slots: SlotBase::unset(),
         })
@@ -1022,6 +1028,7 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// Gives the single-producer role back.
     pub(crate) fn release_writer(&self, w: &mut Writer<T>) {
         w.limit = 0;
+        w.plain_limit = 0;
         if let Some(seg) = w.seg.take() {
             if self.single {
                 seg.set_filled((w.next - seg.base()).min(seg.len() as u64) as usize);
@@ -1121,6 +1128,25 @@ impl<T: Send + Sync + 'static> Log<T> {
             Ok(offset) => self.published(offset, true),
             Err(value) => self.publish_long(w, value, key),
         }
+    }
+
+    /// The short path of [`Log::publish_plain_single`] alone, for a one-partition topic's
+    /// `Producer`, which tries it before it looks at the log's path: the writer's `plain_limit`
+    /// is only set on a [`Path::PlainSingle`] log that is its producer's only partition, so its
+    /// test is the path's test too, and a publish makes one compare fewer. Hands `value` back where it does not apply (another
+    /// path, the segment's end, no room, closed).
+    #[inline(always)]
+    pub(crate) fn publish_plain_short(&self, w: &mut Writer<T>, value: T) -> Result<u64, T> {
+        let offset = w.next;
+        if offset < w.plain_limit && self.room_cached(offset) {
+            // SAFETY: as in `publish_single_short` (`plain_limit` is `limit` or 0).
+            unsafe { w.slots.write(offset, value) };
+            self.publish_single_up_to(w, offset + 1);
+            // `plain_limit` is set only on a `PlainSingle` log, whose light barrier is free.
+            let _ = self.published(offset, true);
+            return Ok(offset);
+        }
+        Err(value)
     }
 
     /// [`Log::publish`] for [`Path::PlainMulti`] (a one-partition topic's `Producer` calls it
@@ -1301,8 +1327,8 @@ impl<T: Send + Sync + 'static> Log<T> {
         Ok(offset)
     }
 
-    /// The end of a short path: [`Log::after_publish`], then `Ok(offset)` (the rare case out of
-    /// line, so the inline short paths make no call). `free_barrier`: the caller knows the log's
+    /// The end of a short path: [`Log::after_publish`] (the rare case out of line, so the inline
+    /// short paths make no call), then `Ok(offset)`. `free_barrier`: the caller knows the log's
     /// path, so the light barrier is known to be free (a constant where inlined).
     #[inline(always)]
     fn published(&self, offset: u64, free_barrier: bool) -> Result<u64, PublishError<T>> {
@@ -1314,16 +1340,15 @@ impl<T: Send + Sync + 'static> Log<T> {
         // Acquire: see Orderings (`state`).
         let s = self.state.load(Ordering::Acquire);
         if s & (PARKED_MASK | CLOSED) != 0 {
-            return self.published_slow(s, offset);
+            self.published_slow(s);
         }
         Ok(offset)
     }
 
     #[cold]
     #[inline(never)]
-    fn published_slow(&self, s: u64, offset: u64) -> Result<u64, PublishError<T>> {
+    fn published_slow(&self, s: u64) {
         self.after_publish_slow(s);
-        Ok(offset)
     }
 
     /// [`Log::room_cached`] for the next multi-producer reservation (always true under
@@ -1721,6 +1746,12 @@ pub(crate) struct Writer<T> {
     /// Single producer without byte retention: the end of `seg`, so offsets below it may take the
     /// short path of [`Log::publish`]. Zero otherwise (every publish takes the long path).
     limit: u64,
+    /// `limit` on a [`Path::PlainSingle`] log whose producer publishes nowhere else (`sole`),
+    /// else 0: the one bound [`Log::publish_plain_short`] tests.
+    plain_limit: u64,
+    /// Set by [`Writer::make_sole`]: this writer's producer has no other partition, so it may
+    /// publish here without picking one.
+    sole: bool,
     /// `seg`'s values by offset, written through by the short path for offsets below `limit`
     /// (unset, and never used, while `limit` is zero). It spares that path four instructions a
     /// publish (the segment's address, its mask, the array's address and the `Some` test), a
@@ -1730,6 +1761,12 @@ pub(crate) struct Writer<T> {
 }
 
 impl<T: Send + Sync + 'static> Writer<T> {
+    /// Marks the writer of a producer's only partition (before its first publish), which lets
+    /// [`Log::publish_plain_short`] apply.
+    pub(crate) fn make_sole(&mut self) {
+        self.sole = true;
+    }
+
     /// The segment with `index`, switching (and preparing the log) when the writer moves on.
     #[inline]
     fn segment(&mut self, log: &Log<T>, index: u64) -> Option<&Segment<T>> {
@@ -1748,6 +1785,11 @@ impl<T: Send + Sync + 'static> Writer<T> {
                     (seg.base() + seg.len() as u64, seg.slot_base())
                 }
                 _ => (0, SlotBase::unset()),
+            };
+            self.plain_limit = if self.sole && log.path == Path::PlainSingle {
+                self.limit
+            } else {
+                0
             };
         }
         self.seg.as_deref()

@@ -45,8 +45,8 @@ use std::ptr::NonNull;
 use crate::clock;
 
 use crate::sync::{
-    clear_flags, fence, lock, move_into, prefetch, prefetch_write, Arc, AtomicPtr, AtomicU64,
-    AtomicU8, AtomicUsize, Mutex, Ordering, SlotBase, UnsafeCell,
+    clear_flags, fence, lock, move_into, prefetch, prefetch_write, values_of, Arc, AtomicPtr,
+    AtomicU64, AtomicU8, AtomicUsize, Mutex, Ordering, SlotBase, UnsafeCell,
 };
 
 /// A cache line, and how far ahead producers fetch the lines they will write ([`AHEAD`] bytes,
@@ -384,6 +384,18 @@ impl<T> Segment<T> {
         let cell = unsafe { self.values.get_unchecked(i) };
         // SAFETY: published slots are initialized and never written again (the caller's contract).
         cell.with(|p| unsafe { (*p).assume_init_ref() })
+    }
+
+    /// The values of slots `i..i + n`, in order (a batch's, read in one loop).
+    ///
+    /// # Safety
+    /// `i + n <= self.len()`, and each of those slots as for [`Segment::value`].
+    #[inline]
+    pub(crate) unsafe fn values(&self, i: usize, n: usize) -> impl ExactSizeIterator<Item = &T> {
+        debug_assert!(i + n <= self.len());
+        // SAFETY: the range is inside the array, and its slots are published, hence initialized
+        // and never written while the segment is held (the caller's contract).
+        unsafe { values_of(self.values.get_unchecked(i..i + n)) }
     }
 
     /// The metadata of slot `i`.
