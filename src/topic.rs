@@ -291,9 +291,6 @@ impl<T: Send + Sync + 'static> Topic<T> {
                 }
             }
         }
-        if let [w] = &mut writers[..] {
-            w.make_sole();
-        }
         // A topic has at least one partition (`TopicConfig` refuses zero).
         let first = CachePadded::new((self.inner.partitions[0].clone(), writers.remove(0)));
         let rest = self.inner.partitions[1..]
@@ -584,15 +581,6 @@ impl<T: Send + Sync + 'static> Producer<T> {
     #[inline(always)]
     pub fn publish(&mut self, value: T) -> Result<Published, PublishError<T>> {
         let (log, w) = &mut *self.first;
-        let value = match log.publish_plain_short(w, value) {
-            Ok(offset) => {
-                return Ok(Published {
-                    partition: 0,
-                    offset,
-                })
-            }
-            Err(value) => value,
-        };
         let published = if self.direct.0 {
             log.publish_plain_single(w, value, None)
         } else if self.direct.1 {

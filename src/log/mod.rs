@@ -1004,8 +1004,6 @@ impl<T: Send + Sync + 'static> Log<T> {
             return Ok(Writer {
                 seg: None,
                 limit: 0,
-                plain_limit: 0,
-                sole: false,
                 next: 0,
                 slots: SlotBase::unset(),
             });
@@ -1018,8 +1016,6 @@ impl<T: Send + Sync + 'static> Log<T> {
         Ok(Writer {
             seg: None,
             limit: 0,
-            plain_limit: 0,
-            sole: false,
             next: self.single_next(),
             slots: SlotBase::unset(),
         })
@@ -1028,7 +1024,6 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// Gives the single-producer role back.
     pub(crate) fn release_writer(&self, w: &mut Writer<T>) {
         w.limit = 0;
-        w.plain_limit = 0;
         if let Some(seg) = w.seg.take() {
             if self.single {
                 seg.set_filled((w.next - seg.base()).min(seg.len() as u64) as usize);
@@ -1128,25 +1123,6 @@ impl<T: Send + Sync + 'static> Log<T> {
             Ok(offset) => self.published(offset, true),
             Err(value) => self.publish_long(w, value, key),
         }
-    }
-
-    /// The short path of [`Log::publish_plain_single`] alone, for a one-partition topic's
-    /// `Producer`, which tries it before it looks at the log's path: the writer's `plain_limit`
-    /// is only set on a [`Path::PlainSingle`] log that is its producer's only partition, so its
-    /// test is the path's test too, and a publish makes one compare fewer. Hands `value` back where it does not apply (another
-    /// path, the segment's end, no room, closed).
-    #[inline(always)]
-    pub(crate) fn publish_plain_short(&self, w: &mut Writer<T>, value: T) -> Result<u64, T> {
-        let offset = w.next;
-        if offset < w.plain_limit && self.room_cached(offset) {
-            // SAFETY: as in `publish_single_short` (`plain_limit` is `limit` or 0).
-            unsafe { w.slots.write(offset, value) };
-            self.publish_single_up_to(w, offset + 1);
-            // `plain_limit` is set only on a `PlainSingle` log, whose light barrier is free.
-            let _ = self.published(offset, true);
-            return Ok(offset);
-        }
-        Err(value)
     }
 
     /// [`Log::publish`] for [`Path::PlainMulti`] (a one-partition topic's `Producer` calls it
@@ -1746,12 +1722,6 @@ pub(crate) struct Writer<T> {
     /// Single producer without byte retention: the end of `seg`, so offsets below it may take the
     /// short path of [`Log::publish`]. Zero otherwise (every publish takes the long path).
     limit: u64,
-    /// `limit` on a [`Path::PlainSingle`] log whose producer publishes nowhere else (`sole`),
-    /// else 0: the one bound [`Log::publish_plain_short`] tests.
-    plain_limit: u64,
-    /// Set by [`Writer::make_sole`]: this writer's producer has no other partition, so it may
-    /// publish here without picking one.
-    sole: bool,
     /// `seg`'s values by offset, written through by the short path for offsets below `limit`
     /// (unset, and never used, while `limit` is zero). It spares that path four instructions a
     /// publish (the segment's address, its mask, the array's address and the `Some` test), a
@@ -1761,12 +1731,6 @@ pub(crate) struct Writer<T> {
 }
 
 impl<T: Send + Sync + 'static> Writer<T> {
-    /// Marks the writer of a producer's only partition (before its first publish), which lets
-    /// [`Log::publish_plain_short`] apply.
-    pub(crate) fn make_sole(&mut self) {
-        self.sole = true;
-    }
-
     /// The segment with `index`, switching (and preparing the log) when the writer moves on.
     #[inline]
     fn segment(&mut self, log: &Log<T>, index: u64) -> Option<&Segment<T>> {
@@ -1785,11 +1749,6 @@ impl<T: Send + Sync + 'static> Writer<T> {
                     (seg.base() + seg.len() as u64, seg.slot_base())
                 }
                 _ => (0, SlotBase::unset()),
-            };
-            self.plain_limit = if self.sole && log.path == Path::PlainSingle {
-                self.limit
-            } else {
-                0
             };
         }
         self.seg.as_deref()
