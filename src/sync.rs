@@ -171,6 +171,19 @@ impl<T> UnsafeCell<T> {
     }
 }
 
+/// The address of the first value in `cells`, through which the whole array may be read and
+/// written (as far as the caller's access allows): our cell is `repr(transparent)` over std's,
+/// which is laid out like its contents, so the cells are an array of `T`. Outside loom only
+/// (loom's cells track each access and must be used one by one).
+#[cfg(not(loom))]
+#[inline(always)]
+fn values_ptr<T>(cells: &[UnsafeCell<std::mem::MaybeUninit<T>>]) -> *mut T {
+    let first = cells
+        .as_ptr()
+        .cast::<std::cell::UnsafeCell<std::mem::MaybeUninit<T>>>();
+    std::cell::UnsafeCell::raw_get(first).cast::<T>()
+}
+
 /// A writer's handle on an array of value cells (a segment's), addressed by log offset: the
 /// array's address less its first offset, so that writing the value at an offset is one store,
 /// with no mask, no bounds check and no load of the array's address. Under loom it keeps the array
@@ -214,15 +227,9 @@ impl<T> SlotBase<T> {
     pub(crate) fn new(cells: &[UnsafeCell<std::mem::MaybeUninit<T>>], first: u64) -> Self {
         #[cfg(not(loom))]
         {
-            let start = cells
-                .as_ptr()
-                .cast::<std::cell::UnsafeCell<std::mem::MaybeUninit<T>>>();
-            // Our cell is `repr(transparent)` over std's, which is laid out like its contents, so
-            // the cells are an array of `T`. Wrapping: `origin` keeps the array's provenance and
-            // only ever comes back inside it (see `write`).
-            let origin = std::cell::UnsafeCell::raw_get(start)
-                .cast::<T>()
-                .wrapping_sub(first as usize);
+            // Wrapping: `origin` keeps the array's provenance and only ever comes back inside it
+            // (see `write`).
+            let origin = values_ptr(cells).wrapping_sub(first as usize);
             SlotBase { origin }
         }
         #[cfg(loom)]
@@ -255,10 +262,9 @@ impl<T> SlotBase<T> {
     }
 }
 
-/// The values held in `cells`, in order: outside loom a plain slice's iterator (our cell is
-/// `repr(transparent)` over std's, which is laid out like its contents, so the cells are an array
-/// of `T`), whose loop keeps the array's address in a register; under loom a read through each
-/// cell, which loom tracks.
+/// The values held in `cells`, in order: outside loom a plain slice's iterator (see
+/// [`values_ptr`]), whose loop keeps the array's address in a register; under loom a read through
+/// each cell, which loom tracks.
 ///
 /// # Safety
 /// Every cell holds a value, and none is written or dropped while the returned borrow lasts.
@@ -267,19 +273,9 @@ impl<T> SlotBase<T> {
 pub(crate) unsafe fn values_of<T>(
     cells: &[UnsafeCell<std::mem::MaybeUninit<T>>],
 ) -> std::slice::Iter<'_, T> {
-    let first = cells
-        .as_ptr()
-        .cast::<std::cell::UnsafeCell<std::mem::MaybeUninit<T>>>();
-    // SAFETY: the cells are `cells.len()` contiguous `T`s (see above), all initialized and left
-    // unwritten while borrowed (the caller's contract); a pointer from `raw_get` may be read
-    // through for as long as that holds.
-    unsafe {
-        std::slice::from_raw_parts(
-            std::cell::UnsafeCell::raw_get(first).cast::<T>(),
-            cells.len(),
-        )
-    }
-    .iter()
+    // SAFETY: the cells are `cells.len()` contiguous `T`s (see `values_ptr`), all initialized and
+    // left unwritten while borrowed (the caller's contract).
+    unsafe { std::slice::from_raw_parts(values_ptr(cells), cells.len()) }.iter()
 }
 
 /// See the non-loom `values_of`.
@@ -297,9 +293,8 @@ pub(crate) unsafe fn values_of<T>(
         .map(|cell| cell.with(|p| unsafe { (*p).assume_init_ref() }))
 }
 
-/// Moves `cells.len()` values from `src` into `cells`: one copy outside loom (our cell is
-/// `repr(transparent)` over std's, which is laid out like its contents, so the cells are an array
-/// of `T`), cell by cell under loom, whose cells track each access.
+/// Moves `cells.len()` values from `src` into `cells`: one copy outside loom (see
+/// [`values_ptr`]), cell by cell under loom, whose cells track each access.
 ///
 /// # Safety
 /// The caller has exclusive access to every cell, and `src` points to `cells.len()` initialized
@@ -308,14 +303,11 @@ pub(crate) unsafe fn values_of<T>(
 pub(crate) unsafe fn move_into<T>(cells: &[UnsafeCell<std::mem::MaybeUninit<T>>], src: *const T) {
     #[cfg(not(loom))]
     {
-        let first = cells
-            .as_ptr()
-            .cast::<std::cell::UnsafeCell<std::mem::MaybeUninit<T>>>();
-        let dst = std::cell::UnsafeCell::raw_get(first).cast::<T>();
-        // SAFETY: `dst` is derived from the whole slice, whose cells hold `T`s contiguously (see
-        // above) and may be written through a shared reference (they are `UnsafeCell`s) by the
-        // caller, who has exclusive access; `src` holds `cells.len()` values outside them.
-        unsafe { std::ptr::copy_nonoverlapping(src, dst, cells.len()) };
+        // SAFETY: the destination is derived from the whole slice, whose cells hold `T`s
+        // contiguously (see `values_ptr`) and may be written through a shared reference (they
+        // are `UnsafeCell`s) by the caller, who has exclusive access; `src` holds `cells.len()`
+        // values outside them.
+        unsafe { std::ptr::copy_nonoverlapping(src, values_ptr(cells), cells.len()) };
     }
     #[cfg(loom)]
     for (k, cell) in cells.iter().enumerate() {

@@ -1167,9 +1167,11 @@ impl<T: Send + Sync + 'static> Log<T> {
             // nothing but the log's `room_end` and `state` and the writer's own words. On the
             // Xeon this loop is what bounds 1→1 (the reader waits for it half the time), and it
             // ran ~33 instructions a publish. Through `w.slots`, with the producer's first
-            // partition kept in the producer (`Producer::first`), it runs 25; publishing alone
-            // 830 → 1075 M/s, and the harness's ring-like 1→1 ×1.28 (4 alternating pairs,
-            // 1.21–1.37).
+            // partition kept in the producer (`Producer::first`), it runs 25 (22 since
+            // `Producer::direct` became two flags); publishing alone 830 → 1075 M/s, and the
+            // harness's ring-like 1→1 ×1.28 (4 alternating pairs, 1.21–1.37). It costs the 2
+            // µs-paced 1→1 p50 about as much as it gives 1→1 (×1.06 each, the handle alone
+            // against the segment's path, 8 and 4 alternating pairs).
             let meta = meta();
             if meta.is_empty() {
                 // SAFETY: `offset` is below `limit`, the end of `w.seg`, and not below its base
