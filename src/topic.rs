@@ -291,6 +291,11 @@ impl<T: Send + Sync + 'static> Topic<T> {
                 }
             }
         }
+        // One partition: its path, which `publish` may take without picking a partition.
+        let direct = match &self.inner.partitions[..] {
+            [log] => Some(log.path()),
+            _ => None,
+        };
         // A topic has at least one partition (`TopicConfig` refuses zero).
         let first = CachePadded::new((self.inner.partitions[0].clone(), writers.remove(0)));
         let rest = self.inner.partitions[1..]
@@ -305,13 +310,8 @@ impl<T: Send + Sync + 'static> Topic<T> {
             rest,
             size_of: self.inner.partitions[0].size_fn().cloned(),
             next: 0,
-            direct: match &self.inner.partitions[..] {
-                [log] => (
-                    log.path() == Path::PlainSingle,
-                    log.path() == Path::PlainMulti,
-                ),
-                _ => (false, false),
-            },
+            plain_single: direct == Some(Path::PlainSingle),
+            plain_multi: direct == Some(Path::PlainMulti),
             buffer: Vec::new(),
             sizes: Vec::new(),
         })
@@ -526,14 +526,15 @@ pub struct Producer<T: Send + Sync + 'static> {
     rest: Vec<CachePadded<Part<T>>>,
     size_of: Option<SizeFn<T>>,
     next: usize,
-    /// One partition, whose log takes one of the plain short paths (no time stamps): whether
-    /// that is [`Path::PlainSingle`], and whether [`Path::PlainMulti`]. `publish` then goes
-    /// straight to it, without picking a partition or reading the log's path byte (measured in
-    /// `Log::publish_plain_single`'s doc). Two flags, not the `Path`: the compiler tested a
-    /// `Path` for the many-producer path first, whatever the source's order or the values, so
-    /// the single producer's publish made two compares (and matching an `Option<Path>` made a
-    /// jump table, an indirect jump per publish).
-    direct: (bool, bool),
+    /// One partition, whose log takes [`Path::PlainSingle`] (no time stamps, one producer):
+    /// `publish` goes straight to it, without picking a partition or reading the log's path
+    /// byte (measured in `Log::publish_plain_single`'s doc). Two flags, not the `Path`: the
+    /// compiler tested a `Path` for the many-producer path first, whatever the source's order or
+    /// the values, so the single producer's publish made two compares (and matching an
+    /// `Option<Path>` made a jump table, an indirect jump per publish).
+    plain_single: bool,
+    /// One partition, whose log takes [`Path::PlainMulti`]: likewise.
+    plain_multi: bool,
     buffer: Vec<T>,
     sizes: Vec<u64>,
 }
@@ -581,9 +582,9 @@ impl<T: Send + Sync + 'static> Producer<T> {
     #[inline(always)]
     pub fn publish(&mut self, value: T) -> Result<Published, PublishError<T>> {
         let (log, w) = &mut *self.first;
-        let published = if self.direct.0 {
+        let published = if self.plain_single {
             log.publish_plain_single(w, value, None)
-        } else if self.direct.1 {
+        } else if self.plain_multi {
             log.publish_plain_multi(w, value, None)
         } else {
             let p = self.pick();

@@ -875,9 +875,10 @@ fn order_sink(producers: usize, expected: u64, done: Arc<Mutex<Vec<Instant>>>) -
         done.lock().unwrap().push(Instant::now());
         true
     }
-    let mut next = vec![0u64; producers];
-    let mut got = 0u64;
     let single = producers == 1;
+    // Each producer's next message (unused with one producer, whose check is the count).
+    let mut next = vec![0u64; if single { 0 } else { producers }];
+    let mut got = 0u64;
     move |v: u64| {
         if single {
             // One producer: its k-th message must be the k-th received (`tagged(0, k)` is `k`), so

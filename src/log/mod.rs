@@ -7,9 +7,10 @@
 //! Publishing is reserve, write, publish:
 //! - **Multi-producer**: reserve with one `fetch_add(n)` on the cache-padded `tail`, write the value
 //!   and metadata, then store the slot's stamp (a byte: 1, see `segment`) with Release.
-//! - **Single-producer**: the one [`Writer`] takes its next offset from the `watermark`, which only
-//!   it stores, writes, then stores the watermark (every offset below it is published) with
-//!   Release. No read-modify-write at all.
+//! - **Single-producer**: the one [`Writer`] takes its next offset from its own copy of the
+//!   `watermark` (which only it stores; it never loads the shared word to publish), writes, then
+//!   stores the watermark (every offset below it is published) with Release. No
+//!   read-modify-write at all.
 //!
 //! No user code runs between reserving and publishing (I6): sizes and key hashes are computed
 //! before the reservation and batches are collected first, so a panicking iterator reserves nothing.
@@ -1023,7 +1024,7 @@ impl<T: Send + Sync + 'static> Log<T> {
 
     /// Gives the single-producer role back.
     pub(crate) fn release_writer(&self, w: &mut Writer<T>) {
-        w.limit = 0;
+        (w.limit, w.slots) = (0, SlotBase::unset());
         if let Some(seg) = w.seg.take() {
             if self.single {
                 seg.set_filled((w.next - seg.base()).min(seg.len() as u64) as usize);
@@ -1168,7 +1169,7 @@ impl<T: Send + Sync + 'static> Log<T> {
             // Xeon this loop is what bounds 1→1 (the reader waits for it half the time), and it
             // ran ~33 instructions a publish. Through `w.slots`, with the producer's first
             // partition kept in the producer (`Producer::first`), it runs 25 (22 since
-            // `Producer::direct` became two flags); publishing alone 830 → 1075 M/s, and the
+            // `Producer` tests one flag for this path); publishing alone 830 → 1075 M/s, and the
             // harness's ring-like 1→1 ×1.28 (4 alternating pairs, 1.21–1.37). It costs the 2
             // µs-paced 1→1 p50 about as much as it gives 1→1 (×1.06 each, the handle alone
             // against the segment's path, 8 and 4 alternating pairs).
