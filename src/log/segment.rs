@@ -54,6 +54,19 @@ use crate::sync::{
 const LINE: usize = 64;
 const AHEAD: usize = 8 * LINE;
 
+/// How far ahead a batch's run ([`Segment::write_values`]) fetches the lines it will write: 32
+/// lines, 256 `u64` records. A run's copy stores a line per instruction, so lines fetched only 8
+/// ahead were still on their way when the copy reached them; fetching the lines a whole 256-record
+/// batch ahead overlaps their transfer with the batch before. A standalone 1→1 loop of 256-record
+/// batches (ring of 65536, reader checking every value, 2-vCPU Xeon, medians of 5, two rounds):
+/// 8 lines 1282–1352 M/s, 12 lines 1425–1442, 16 lines 1471–1500, 24 lines 1476–1492, 32 lines
+/// 1447–1506, 64 lines 1485–1489. The perf harness's batch rows did not move (alternating
+/// binaries: 1→1 ×1.01 over 8 rounds, 1→2 ×1.00 and 1→4 ×0.98 over 4): its reader, which checks
+/// each message against its own count, waits on the lines it reads there either way. Demoting
+/// each written line to the shared cache (`cldemote`) halved the standalone loop: on this VM a
+/// line comes to the reader faster from the producer's core than from L3.
+const BATCH_AHEAD: usize = 32 * LINE;
+
 /// Fetches for writing the line `BYTES` bytes past element `i` of `array`, when `i` is the first
 /// element of a line (for elements up to a line long), and the target is inside the array.
 /// Outside loom our cells and atomics are laid out like their contents, so the array is `len`
@@ -250,8 +263,9 @@ impl<T> Segment<T> {
     }
 
     /// Moves `n` values from `src` into slots `i..i + n` as one copy (a batch publish's run), each
-    /// with the metadata `meta`, and fetches the lines past them for writing as
-    /// [`Segment::prefetch_ahead`] does, once per line rather than per slot.
+    /// with the metadata `meta`, and fetches for writing, once per line, the line [`BATCH_AHEAD`]
+    /// bytes past each of theirs (as [`Segment::prefetch_ahead`] does per slot for many
+    /// producers, but further ahead).
     ///
     /// # Safety
     /// `i + n <= self.len()`; the caller reserved those offsets, has not published them, and holds
@@ -263,7 +277,7 @@ impl<T> Segment<T> {
         let per_line = (LINE / std::mem::size_of::<T>().max(1)).max(1);
         let mut line = i.next_multiple_of(per_line);
         while line < i + n {
-            self.prefetch_ahead(line);
+            fetch_line_ahead::<_, BATCH_AHEAD>(&self.values, line);
             line += per_line;
         }
         // SAFETY: slots `i..i + n` exist and are the caller's alone; `src` holds `n` values the
