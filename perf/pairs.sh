@@ -2,7 +2,7 @@
 # Compare two or more builds of the harness on a machine whose speed moves under it (this VM).
 #
 #   perf/pairs.sh ROUNDS ROW 'HARNESS ARGS' BIN_A BIN_B [BIN_C ...]
-#   perf/pairs.sh 20 'single producer, ring-like' 'tput --subs 1 --runs 1 --only ring-like,Sleep' a b
+#   perf/pairs.sh 20 'single producer, ring-like' 'tput --subs 1 --runs 3 --only ring-like,Sleep' a b
 #
 # The VM's states last seconds to minutes and move every contender by up to 2x, so medians taken
 # over separate sets of runs say which state each set landed in more than which build is faster.
@@ -12,8 +12,11 @@
 # column is the figure (for latency tables, lower is better: a ratio under 1 is then a gain).
 # Each round also prints the floor range from that row's table title, so a reader can see which
 # state the pair sampled. Set TABLE to take the row from the first table whose title contains it
-# (`TABLE='2→2' perf/pairs.sh ...` when the arguments run several fan-outs). Build each binary with the workspace's code alignment (build in this
-# workspace and copy `target/release/logbus-perf` aside), or placement decides the result.
+# (`TABLE='2→2' perf/pairs.sh ...` when the arguments run several fan-outs). Build each binary
+# with the workspace's code alignment (build in this workspace and copy `target/release/logbus-perf`
+# aside), or placement decides the result. Give `--runs 3` or more: a process's first run writes
+# into fresh memory, and its figure is the cold one only (the full run's median of 5 is mostly warm
+# runs); a batch publish's prefetch distance measured ×1.01 with `--runs 1` and ×1.09 with 3.
 set -euo pipefail
 
 if [ $# -lt 5 ]; then

@@ -60,9 +60,11 @@ const AHEAD: usize = 8 * LINE;
 /// batch ahead overlaps their transfer with the batch before. A standalone 1→1 loop of 256-record
 /// batches (ring of 65536, reader checking every value, 2-vCPU Xeon, medians of 5, two rounds):
 /// 8 lines 1282–1352 M/s, 12 lines 1425–1442, 16 lines 1471–1500, 24 lines 1476–1492, 32 lines
-/// 1447–1506, 64 lines 1485–1489. The perf harness's batch rows did not move (alternating
-/// binaries: 1→1 ×1.01 over 8 rounds, 1→2 ×1.00 and 1→4 ×0.98 over 4): its reader, which checks
-/// each message against its own count, waits on the lines it reads there either way. Demoting
+/// 1447–1506, 64 lines 1485–1489. In the perf harness, alternating binaries whose rounds take the
+/// median of 3 runs: batch 1→1 ×1.09 (6 rounds, 1.04–1.16); 1→2 ×1.00 and 1→4 ×0.99 (4 rounds
+/// each), where the readers' shared core bounds the run. With one run a round 1→1 measured ×1.01:
+/// a process's first run writes into fresh memory, and there the distance made no difference
+/// (with no prefetch at all it was ×0.84 even there). Demoting
 /// each written line to the shared cache (`cldemote`) halved the standalone loop: on this VM a
 /// line comes to the reader faster from the producer's core than from L3.
 const BATCH_AHEAD: usize = 32 * LINE;
