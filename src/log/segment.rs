@@ -64,9 +64,9 @@ const AHEAD: usize = 8 * LINE;
 /// median of 3 runs: batch 1→1 ×1.09 (6 rounds, 1.04–1.16); 1→2 ×1.00 and 1→4 ×0.99 (4 rounds
 /// each), where the readers' shared core bounds the run. With one run a round 1→1 measured ×1.01:
 /// a process's first run writes into fresh memory, and there the distance made no difference
-/// (with no prefetch at all it was ×0.84 even there). Demoting
-/// each written line to the shared cache (`cldemote`) halved the standalone loop: on this VM a
-/// line comes to the reader faster from the producer's core than from L3.
+/// (with no prefetch at all it was ×0.84 even there). Demoting each written line to the shared
+/// cache (`cldemote`) halved the standalone loop: on this VM a line comes to the reader faster
+/// from the producer's core than from L3.
 const BATCH_AHEAD: usize = 32 * LINE;
 
 /// Fetches for writing the line `BYTES` bytes past element `i` of `array`, when `i` is the first
