@@ -98,6 +98,19 @@ pub(crate) fn prefetch<T>(p: *const T) {
     let _ = p;
 }
 
+/// Like [`prefetch`], into this core's second-level cache only: for lines wanted a little later,
+/// which should not crowd out the first level meanwhile.
+#[inline(always)]
+pub(crate) fn prefetch_l2<T>(p: *const T) {
+    #[cfg(all(not(loom), target_arch = "x86_64"))]
+    // SAFETY: a prefetch accesses no memory in the language's sense and cannot fault.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(p.cast())
+    };
+    #[cfg(any(loom, not(target_arch = "x86_64")))]
+    let _ = p;
+}
+
 /// Asks the CPU to start fetching the cache line at `p` for writing (`prefetchw`: the line comes
 /// in exclusive, so a later store does not wait for other cores to let go of it). A hint that
 /// writes nothing and never faults, whatever the address.

@@ -356,6 +356,12 @@ impl<T: Send + Sync + 'static> Log<T> {
         self.shift
     }
 
+    /// Whether one producer writes this log (`TopicConfig::single_producer`).
+    #[inline]
+    pub(crate) fn single_producer(&self) -> bool {
+        self.single
+    }
+
     pub(crate) fn has_timestamps(&self) -> bool {
         self.timestamps
     }
