@@ -236,8 +236,9 @@ impl<T> Segment<T> {
     /// rounds taking the median of 3 runs (single producer, ring-like topic): where two or four
     /// readers share a core, 1→2 ×1.03–1.07 and batch 1→2 ×1.04 (6 and 8 rounds, none below
     /// 0.99), 1→4 ×1.03 and batch 1→4 ×1.01; 1→1, where the producer bounds the run, ×1.01 and
-    /// batch ×0.99. Two lines a page did as well as four on 1→1. A hint only: nothing outside
-    /// x86-64 or under loom.
+    /// batch ×0.99. Two lines a page measured like four in the harness (1→1, 2→2) and below it
+    /// in a standalone loop of batches (1540–1560 against 1570–1620 M/s; 8 or 16 lines like 4).
+    /// A hint only: nothing outside x86-64 or under loom.
     #[inline]
     pub(crate) fn prefetch_page_heads(&self, from: usize, len: usize) {
         let start = self.values.as_ptr().wrapping_add(from).cast::<u8>();
