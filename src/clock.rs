@@ -15,6 +15,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// How long a thread's anchor is used before it is refreshed from the wall clock.
+#[cfg_attr(any(loom, not(target_arch = "x86_64")), allow(dead_code))]
 pub(crate) const REANCHOR_NS: u64 = 10_000_000;
 
 /// How far a stamp may be from the wall clock (generous: the measured error is far smaller).

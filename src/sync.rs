@@ -89,23 +89,26 @@ pub(crate) fn clear_flags(flags: &mut [AtomicU8]) {
 /// nothing and never faults, whatever the address.
 #[inline(always)]
 pub(crate) fn prefetch<T>(p: *const T) {
-    #[cfg(all(not(loom), target_arch = "x86_64"))]
-    // SAFETY: a prefetch accesses no memory in the language's sense and cannot fault.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast())
-    };
-    #[cfg(any(loom, not(target_arch = "x86_64")))]
-    let _ = p;
+    prefetch_into::<TO_L1, T>(p)
 }
 
 /// Like [`prefetch`], into this core's second-level cache only: for lines wanted a little later,
 /// which should not crowd out the first level meanwhile.
 #[inline(always)]
 pub(crate) fn prefetch_l2<T>(p: *const T) {
+    prefetch_into::<TO_L2, T>(p)
+}
+
+/// x86's `_MM_HINT_T0` and `_MM_HINT_T1`: which caches a read prefetch fills.
+const TO_L1: i32 = 3;
+const TO_L2: i32 = 2;
+
+#[inline(always)]
+fn prefetch_into<const LEVEL: i32, T>(p: *const T) {
     #[cfg(all(not(loom), target_arch = "x86_64"))]
     // SAFETY: a prefetch accesses no memory in the language's sense and cannot fault.
     unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(p.cast())
+        std::arch::x86_64::_mm_prefetch::<LEVEL>(p.cast())
     };
     #[cfg(any(loom, not(target_arch = "x86_64")))]
     let _ = p;
