@@ -317,7 +317,7 @@ impl<T: Send + Sync + 'static> Reader<T> {
         // A single producer's run was just written on its core, and comes faster than readers
         // sharing a core take it: fetch each page's first lines now (see `prefetch_page_heads`).
         // Many producers, each paying a `fetch_add` per reservation, are slower than their
-        // readers, and there it measured ×0.97 (single-record 2→2, three sets of 6 rounds).
+        // readers, and there it measured ×0.96–0.99 (single-record 2→2, four sets of 4–6 rounds).
         if self.log.single_producer() {
             seg.prefetch_page_heads(from, len as usize);
         }
