@@ -99,9 +99,13 @@ pub(crate) fn prefetch_l2<T>(p: *const T) {
     prefetch_into::<TO_L2, T>(p)
 }
 
-/// x86's `_MM_HINT_T0` and `_MM_HINT_T1`: which caches a read prefetch fills.
+/// x86's `_MM_HINT_T0` and `_MM_HINT_T1`: which caches a read prefetch fills. Numbers rather
+/// than the intrinsics' names, which exist only on x86-64; checked against them there.
 const TO_L1: i32 = 3;
 const TO_L2: i32 = 2;
+#[cfg(target_arch = "x86_64")]
+const _: () =
+    assert!(TO_L1 == std::arch::x86_64::_MM_HINT_T0 && TO_L2 == std::arch::x86_64::_MM_HINT_T1);
 
 #[inline(always)]
 fn prefetch_into<const LEVEL: i32, T>(p: *const T) {
