@@ -2,7 +2,7 @@
 //! same machine, interleaved run by run.
 //!
 //! ```text
-//! cargo run --release -p logbus-perf -- [all|tput|batch|lat|lat-slow|idle|memory|floor] [--quick]
+//! cargo run --release -p logbus-perf -- [all|tput|batch|ceiling|lat|lat-slow|idle|memory|floor] [--quick]
 //!                                       [--records N] [--runs K] [--samples S] [--no-wait]
 //! ```
 //!
@@ -29,6 +29,8 @@ use std::{
 
 use hdrhistogram::Histogram;
 use logbus::{Overflow, ReadError, Start, Topic, TopicConfig};
+
+mod ceiling;
 
 // ------------------------------------------------------------------------------------------------
 // Placement.
@@ -1305,9 +1307,8 @@ fn main() {
                 o.samples = num(i).expect("--samples S");
                 o.slow_samples = (o.samples / 10).max(100);
             }
-            w @ ("all" | "tput" | "batch" | "lat" | "lat-slow" | "idle" | "memory" | "floor") => {
-                o.what = w.to_owned()
-            }
+            w @ ("all" | "tput" | "batch" | "ceiling" | "lat" | "lat-slow" | "idle" | "memory"
+            | "floor") => o.what = w.to_owned(),
             other => {
                 eprintln!("unknown argument {other}");
                 std::process::exit(2);
@@ -1400,6 +1401,9 @@ fn main() {
                 true,
             );
         }
+    }
+    if want("ceiling") {
+        ceiling_table(&mut r, &o, &pins, run_wait, max_redos, floor_now(&pins));
     }
     for (scenario, period, samples) in [
         ("lat", Duration::from_micros(2), o.samples),
@@ -1549,6 +1553,100 @@ fn main() {
     if !r.svg_series.is_empty() {
         let _ = std::fs::write("perf/results/latency.svg", svg(&r.svg_series));
         println!("\n(wrote perf/results/latest.md and perf/results/latency.svg)");
+    }
+}
+
+/// The `ceiling` scenario: single-record 1→1 for logbus (ring-like), the Disruptor's two best
+/// waits, and the minimal rings of [`ceiling`], each figure beside logbus's.
+fn ceiling_table(
+    r: &mut Report,
+    o: &Options,
+    pins: &Pins,
+    run_wait: Duration,
+    max_redos: usize,
+    floor: Duration,
+) {
+    use ceiling::Minimal;
+    let mut floors = vec![floor];
+    let mut redone = 0;
+    let mut rows: Vec<(&'static str, Vec<f64>)> = Vec::new();
+    for run in 0..o.runs {
+        let mut k = 0;
+        let mut go = |name: &'static str, v: Option<f64>| {
+            if run == 0 {
+                rows.push((name, Vec::new()));
+            }
+            rows[k].1.extend(v);
+            k += 1;
+        };
+        macro_rules! go {
+            ($bus:expr) => {{
+                let bus = $bus;
+                let v = runs_here(bus, o, 1).then(|| {
+                    kept_run(pins, run_wait, max_redos, &mut floors, &mut redone, || {
+                        thread::scope(|s| {
+                            s.spawn(|| tput(bus, o, pins, 1, 1, false)).join().unwrap()
+                        })
+                    })
+                });
+                go(bus.name(), v.flatten());
+            }};
+        }
+        go!(&Logbus {
+            name: "logbus single producer, ring-like",
+            config: logbus_ring,
+            single: true
+        });
+        go!(&Disruptor(
+            "disruptor BusySpinWithSpinLoopHint",
+            disruptor::BusySpinWithSpinLoopHint
+        ));
+        go!(&Disruptor(
+            "disruptor Sleep(10µs)",
+            disruptor::Sleep::new(Duration::from_micros(10))
+        ));
+        go!(&Minimal::<false, true>(
+            "minimal ring: one call a record, pausing reader"
+        ));
+        go!(&Minimal::<false, false>(
+            "minimal ring: one call a record, spinning reader"
+        ));
+        go!(&Minimal::<true, true>(
+            "minimal ring: run in one loop, pausing reader"
+        ));
+        go!(&Minimal::<true, false>(
+            "minimal ring: run in one loop, spinning reader"
+        ));
+    }
+    r.line("");
+    r.line(&format!(
+        "## ceiling 1→1 (Mmsg/s of the subscriber, single records; {}; floor {}{})",
+        pins.for_producers(1).describe(1, 1),
+        floor_range(&floors),
+        redone_note(redone)
+    ));
+    r.line("");
+    r.line("The minimal rings are not peers: they bound what a watermark ring reaches here (see `perf/src/ceiling.rs`).");
+    r.line("");
+    r.line("| contender | median Mmsg/s | min | max | / logbus |");
+    r.line("|---|---:|---:|---:|---:|");
+    let ours = rows
+        .first()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(_, v)| median(&mut v.clone()));
+    for (name, v) in &rows {
+        if v.is_empty() {
+            r.line(&format!("| {name} | n/a | | | |"));
+            continue;
+        }
+        let mut sorted = v.clone();
+        let m = median(&mut sorted);
+        let against = ours.map_or(String::new(), |l| format!("{:.2}×", m / l));
+        r.line(&format!(
+            "| {name} | {m:.2} | {:.2} | {:.2} | {against} |",
+            sorted[0],
+            sorted[sorted.len() - 1]
+        ));
     }
 }
 

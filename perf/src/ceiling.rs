@@ -1,0 +1,293 @@
+//! The `ceiling` scenario's contenders: minimal single-producer rings, written only to bound what a
+//! design like logbus's can reach on the machine at hand, 1→1 beside logbus and the Disruptor.
+//!
+//! Each is the least a watermark ring does: the producer writes a slot and stores the published
+//! end; the reader loads the end, reads what is new, and stores how far it has read (the
+//! producer's room). They differ in the two things the scenario asks about:
+//!
+//! - **Where the producer keeps its state between records.** `one call a record` publishes
+//!   through `send(&mut self)`, one call per record, as a library's `publish` is called. After
+//!   each publish it looks at a word where readers would say they sleep, behind a compiler fence,
+//!   as any ring whose readers can park must (logbus's publish does the same). That fence, and the
+//!   slot write through a pointer the compiler cannot tell from the sender's own fields, make it
+//!   store and reload its position and the ring's shape every record. `run in one loop` publishes
+//!   a whole run inside one call, with the same fence and look, its position and the ring's shape
+//!   in registers: what no call-per-record interface gets.
+//! - **What the reader does once it has caught up.** `spinning` looks again at once (after a spin
+//!   hint); `pausing` yields for 32 ns per record of the run it just took, up to 16 µs, as
+//!   logbus's readers do (`wait.rs`), so that readers sharing a core take turns. Either reads a
+//!   run of at most 4096 records as slices of the array, as a logbus batch is read.
+//!
+//! None of them is a peer: they have no retention, no parking, no fan-out, no safety checks a
+//! caller could rely on. They are here so that "at most X" has a figure measured in the same run.
+
+use std::{
+    cell::UnsafeCell,
+    sync::{
+        atomic::{compiler_fence, AtomicU64, Ordering},
+        Arc,
+    },
+    thread,
+    time::{Duration, Instant},
+};
+
+use crate::{spawn_each, Bus, Pins, Run, Sink, Tx};
+
+/// A word on a cache line pair of its own (the CPU's adjacent-line prefetcher works on pairs).
+#[repr(align(128))]
+struct Line(AtomicU64);
+
+/// The ring both threads share.
+struct Ring {
+    slots: Box<[UnsafeCell<u64>]>,
+    mask: u64,
+    /// One past the newest published slot.
+    published: Line,
+    /// How far the reader has read (the producer may write up to this plus the capacity).
+    read: Line,
+    /// Readers asleep (never set here: the minimal reader never parks, but a publish must look).
+    asleep: Line,
+}
+
+// SAFETY: a slot is written only by the producer while it is at or past `published` (so no reader
+// reads it), and read only by the reader while it is below `published` and at or past `read` (so
+// the producer does not write it); both words are published with Release and read with Acquire.
+unsafe impl Sync for Ring {}
+
+/// Writes slot `at & mask` of `slots`: the producer's next position, which has room.
+#[inline(always)]
+fn write(slots: &[UnsafeCell<u64>], mask: u64, at: u64, v: u64) {
+    // SAFETY: see `Ring`'s `Sync`: `at` is not published yet, and it has room, so the reader is
+    // past the slot's previous lap.
+    unsafe { *slots[(at & mask) as usize].get() = v };
+}
+
+impl Ring {
+    /// The slots of positions `from..to` (published, not yet marked read, at most the capacity):
+    /// the run up to the end of the array, then the rest from its start.
+    fn run(&self, from: u64, to: u64) -> (&[UnsafeCell<u64>], &[UnsafeCell<u64>]) {
+        let (start, len) = ((from & self.mask) as usize, (to - from) as usize);
+        let first = len.min(self.slots.len() - start);
+        (
+            &self.slots[start..start + first],
+            &self.slots[..len - first],
+        )
+    }
+
+    /// Waits until slot `at` has room, returns the new room end.
+    #[cold]
+    #[inline(never)]
+    fn wait_for_room(&self, at: u64) -> u64 {
+        loop {
+            // Acquire: the reader's reads of the slots below come before our writes to them.
+            let room = self.read.0.load(Ordering::Acquire) + self.mask + 1;
+            if at < room {
+                return room;
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Would wake sleeping readers (none ever sleep here).
+    #[cold]
+    #[inline(never)]
+    fn wake(&self) {
+        unreachable!("the minimal reader never sleeps");
+    }
+
+    /// Publishes `end` and looks for sleeping readers.
+    #[inline(always)]
+    fn publish(&self, end: u64) {
+        // Release: the slots below `end` are written before a reader can see `end`.
+        self.published.0.store(end, Ordering::Release);
+        // Between the store and the look, as a park/wake handshake needs (logbus's light barrier).
+        compiler_fence(Ordering::SeqCst);
+        // Relaxed: nothing is read through it (only a sleeping reader would set it).
+        if self.asleep.0.load(Ordering::Relaxed) != 0 {
+            self.wake();
+        }
+    }
+}
+
+/// A minimal ring: `LOOP` publishes a run inside one call (else one call a record), `PAUSE`
+/// makes the reader pause after catching up (else it spins).
+pub(crate) struct Minimal<const LOOP: bool, const PAUSE: bool>(pub(crate) &'static str);
+
+pub(crate) struct MinimalTx<const LOOP: bool> {
+    ring: Arc<Ring>,
+    /// The next position to publish.
+    next: u64,
+    /// Positions below it have room.
+    room: u64,
+}
+
+impl<const LOOP: bool> Tx for MinimalTx<LOOP> {
+    #[inline(always)]
+    fn send(&mut self, v: u64) {
+        if self.next >= self.room {
+            self.room = self.ring.wait_for_room(self.next);
+        }
+        write(&self.ring.slots, self.ring.mask, self.next, v);
+        self.next += 1;
+        self.ring.publish(self.next);
+    }
+
+    #[inline]
+    fn send_run(&mut self, p: u64, n: u64) {
+        if !LOOP {
+            for k in 0..n {
+                self.send(crate::tagged(p, k));
+            }
+            return;
+        }
+        // The same publish, with the position, the room and the ring's shape in locals the
+        // compiler keeps in registers: the fence in `publish` orders memory, and these never are.
+        let (ring, mut next, mut room) = (&*self.ring, self.next, self.room);
+        let (slots, mask) = (&*ring.slots, ring.mask);
+        for k in 0..n {
+            if next >= room {
+                room = ring.wait_for_room(next);
+            }
+            write(slots, mask, next, crate::tagged(p, k));
+            next += 1;
+            ring.publish(next);
+        }
+        (self.next, self.room) = (next, room);
+    }
+}
+
+/// The longest run a look takes (logbus's readers in the harness ask for 4096 at a time).
+const MAX_RUN: u64 = 4096;
+
+/// The reader's pause after a run that caught up, as logbus's (`wait.rs`): 32 ns a record, at
+/// most 16 µs, yielding.
+fn pause_after(run: u64) {
+    let pause = Duration::from_nanos(32 * run).min(Duration::from_micros(16));
+    let start = Instant::now();
+    loop {
+        thread::yield_now();
+        if start.elapsed() >= pause {
+            return;
+        }
+    }
+}
+
+/// The reader: takes runs of at most [`MAX_RUN`], marks them read, and when a run reached the
+/// published end spins or pauses.
+fn read_all<const PAUSE: bool, S: Sink>(ring: Arc<Ring>, mut sink: S) {
+    let mut next = 0u64;
+    loop {
+        // Acquire: pairs with the producer's Release store; the slots below are written.
+        let end = ring.published.0.load(Ordering::Acquire);
+        if end == next {
+            std::hint::spin_loop();
+            continue;
+        }
+        let stop = end.min(next + MAX_RUN);
+        let (a, b) = ring.run(next, stop);
+        for part in [a, b] {
+            for slot in part {
+                // SAFETY: see `Ring`'s `Sync`: the slot is published and not yet marked read.
+                if sink(unsafe { *slot.get() }) {
+                    return;
+                }
+            }
+        }
+        let run = stop - next;
+        next = stop;
+        // Release: our reads of the slots come before the producer's next writes to them.
+        ring.read.0.store(next, Ordering::Release);
+        if PAUSE && stop == end {
+            pause_after(run);
+        }
+    }
+}
+
+impl<const LOOP: bool, const PAUSE: bool> Bus for Minimal<LOOP, PAUSE> {
+    type Tx = MinimalTx<LOOP>;
+
+    fn name(&self) -> &'static str {
+        self.0
+    }
+
+    fn max_producers(&self) -> usize {
+        1
+    }
+
+    fn start<S: Sink>(
+        &self,
+        producers: usize,
+        subscribers: usize,
+        run: Run,
+        pins: &Pins,
+        sink: impl Fn(usize) -> S,
+    ) -> (Vec<Self::Tx>, Box<dyn FnOnce()>) {
+        assert!(producers == 1 && subscribers == 1, "a minimal ring is 1→1");
+        let capacity = run.capacity.next_power_of_two() as u64;
+        let ring = Arc::new(Ring {
+            slots: (0..capacity).map(|_| UnsafeCell::new(0)).collect(),
+            mask: capacity - 1,
+            published: Line(AtomicU64::new(0)),
+            read: Line(AtomicU64::new(0)),
+            asleep: Line(AtomicU64::new(0)),
+        });
+        let join = spawn_each(pins, vec![ring.clone()], sink, read_all::<PAUSE, S>);
+        let tx = MinimalTx {
+            ring,
+            next: 0,
+            room: capacity,
+        };
+        (vec![tx], join)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// Sends `n` records through a minimal ring of 64 slots (so it wraps many times), the first
+    /// half one by one and the rest as a run, and returns what the reader received.
+    fn round_trip<const LOOP: bool, const PAUSE: bool>(n: u64) -> Vec<u64> {
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let sink = |_| {
+            let got = got.clone();
+            move |v| {
+                let mut got = got.lock().unwrap();
+                got.push(v);
+                got.len() as u64 == n
+            }
+        };
+        let run = Run {
+            capacity: 64,
+            total: n as usize,
+        };
+        let (mut txs, join) =
+            Minimal::<LOOP, PAUSE>("test").start(1, 1, run, &Pins::from_ids(Vec::new()), sink);
+        let mut tx = txs.pop().unwrap();
+        for v in 0..n / 2 {
+            tx.send(v);
+        }
+        // `send_run` sends `tagged(0, k)` for `k` from 0, which is `k`: the second half counts
+        // from 0 again (see `expected`).
+        tx.send_run(0, n - n / 2);
+        drop(tx);
+        join();
+        let got = got.lock().unwrap().clone();
+        got
+    }
+
+    fn expected(n: u64) -> Vec<u64> {
+        (0..n / 2).chain(0..n - n / 2).collect()
+    }
+
+    #[test]
+    fn every_minimal_ring_delivers_every_record_in_order_across_wraps() {
+        let n = 10_000;
+        assert_eq!(round_trip::<false, false>(n), expected(n));
+        assert_eq!(round_trip::<false, true>(n), expected(n));
+        assert_eq!(round_trip::<true, false>(n), expected(n));
+        assert_eq!(round_trip::<true, true>(n), expected(n));
+    }
+}
