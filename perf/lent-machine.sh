@@ -14,7 +14,7 @@
 # peers fall to 2–20 M/s, so one run of every tput table costs them ~60 s, while logbus and the
 # Disruptor take ~10 s for all four tables. So logbus and the Disruptor get medians of 5 and the
 # other peers one run (a second pass, its own tables). About 3 minutes in all; each scenario has
-# its own time limit (about 7 minutes together) so that a slow table cannot eat the others, and
+# its own time limit (about 8 minutes together) so that a slow table cannot eat the others, and
 # the output is written as it comes, so a run cut short still brings back what it finished.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -67,6 +67,8 @@ run)
     scenario 90 "$fast" tput --runs 5
     scenario 60 "$fast" lat --runs 5
     scenario 60 "$fast" batch --runs 3
+    # What a minimal watermark ring reaches 1→1 there, beside logbus (see perf/src/ceiling.rs).
+    scenario 45 "$fast;minimal" ceiling --runs 3
     scenario 45 "$fast" lat-slow --runs 3
     # The channel peers, one run ("bus" also selects the logbus rows again, which cost little).
     peers="crossbeam;kanal;tokio;bus;multiqueue2;zzz"
