@@ -1572,7 +1572,8 @@ fn ceiling_table(
     let mut rows: Vec<(&'static str, Vec<f64>)> = Vec::new();
     for run in 0..o.runs {
         let mut k = 0;
-        let mut go = |name: &'static str, v: Option<f64>| {
+        // Appends this run's figure to the next row (made on the first run).
+        let mut record = |name: &'static str, v: Option<f64>| {
             if run == 0 {
                 rows.push((name, Vec::new()));
             }
@@ -1589,7 +1590,7 @@ fn ceiling_table(
                         })
                     })
                 });
-                go(bus.name(), v.flatten());
+                record(bus.name(), v.flatten());
             }};
         }
         go!(&Logbus {
