@@ -12,7 +12,8 @@
 //!   slot write through a pointer the compiler cannot tell from the sender's own fields, make it
 //!   store and reload its position and the ring's shape every record. `run in one loop` publishes
 //!   a whole run inside one call, with the same fence and look, its position and the ring's shape
-//!   in registers: what no call-per-record interface gets.
+//!   in registers: what the compiler did not give either call-per-record loop (this one's or
+//!   logbus's).
 //! - **What the reader does once it has caught up.** `spinning` looks again at once (after a spin
 //!   hint); `pausing` yields for 32 ns per record of the run it just took, up to 16 µs, as
 //!   logbus's readers do (`wait.rs`), so that readers sharing a core take turns. Either reads a
