@@ -160,14 +160,16 @@ impl<const LOOP: bool> Tx for MinimalTx<LOOP> {
 /// The longest run a look takes (logbus's readers in the harness ask for 4096 at a time).
 const MAX_RUN: u64 = 4096;
 
-/// The reader's pause after a run that caught up, as logbus's (`wait.rs`): 32 ns a record, at
-/// most 16 µs, yielding.
+/// The reader's pause after a run that caught up, as logbus's (`batch_pause` in `src/wait.rs`,
+/// private to the crate, so its figures are repeated here: `PAUSE_PER_RECORD` 32 ns a record, at
+/// most `MAX_BATCH_PAUSE` 16 µs, yielding; a pause under `SHORTEST_YIELD` is one yield, without
+/// reading the clock).
 fn pause_after(run: u64) {
     let pause = Duration::from_nanos(32 * run).min(Duration::from_micros(16));
-    let start = Instant::now();
+    let start = (pause >= Duration::from_nanos(100)).then(Instant::now);
     loop {
         thread::yield_now();
-        if start.elapsed() >= pause {
+        if start.is_none_or(|t| t.elapsed() >= pause) {
             return;
         }
     }

@@ -201,38 +201,78 @@ const FAST: Duration = Duration::from_nanos(120);
 /// How many times a run whose floor probe (before or after it) said slow is done again.
 const MAX_REDOS: usize = 2;
 
-/// Does `run` after waiting (up to `wait`) for the fast state, and again (up to `max_redos` more
-/// times) while the probe before or after it says slow, so that a phase change inside a run does
-/// not become a table's figure. Keeps the last run's result and probes (in `floors`); counts the
-/// runs done again in `redone`.
-fn kept_run<R>(
-    pins: &Pins,
+/// The runs of one table: each waits (up to `wait`) for the fast state and is done again (up to
+/// `max_redos` more times) while the probe before or after it says slow, so that a phase change
+/// inside a run does not become the table's figure. Keeps the kept runs' probes and counts the
+/// runs done again, for the table's title.
+struct Kept {
     wait: Duration,
     max_redos: usize,
-    floors: &mut Vec<Duration>,
-    redone: &mut usize,
-    mut run: impl FnMut() -> R,
-) -> R {
-    let mut redo = 0;
-    loop {
-        let before = wait_for_fast_state(pins, FAST, wait);
-        let v = run();
-        let after = probe_floor(pins);
-        if (before <= FAST && after <= FAST) || redo == max_redos {
-            floors.extend([before, after]);
-            return v;
+    floors: Vec<Duration>,
+    redone: usize,
+}
+
+impl Kept {
+    /// A table whose first probe (taken before its runs) was `floor`.
+    fn new(wait: Duration, max_redos: usize, floor: Duration) -> Self {
+        Kept {
+            wait,
+            max_redos,
+            floors: vec![floor],
+            redone: 0,
         }
-        redo += 1;
-        *redone += 1;
+    }
+
+    /// Does `run` as described above; returns the last run's result.
+    fn run<R>(&mut self, pins: &Pins, mut run: impl FnMut() -> R) -> R {
+        let mut redo = 0;
+        loop {
+            let before = wait_for_fast_state(pins, FAST, self.wait);
+            let v = run();
+            let after = probe_floor(pins);
+            if (before <= FAST && after <= FAST) || redo == self.max_redos {
+                self.floors.extend([before, after]);
+                return v;
+            }
+            redo += 1;
+            self.redone += 1;
+        }
+    }
+
+    /// The range of the probes, as a table's title prints it.
+    fn floor(&self) -> String {
+        floor_range(&self.floors)
+    }
+
+    /// What a table's title says about runs done again after a slow probe.
+    fn redone_note(&self) -> String {
+        match self.redone {
+            0 => String::new(),
+            n => format!("; {n} run(s) done again after a slow probe"),
+        }
     }
 }
 
-/// What a table's title says about runs done again after a slow probe.
-fn redone_note(redone: usize) -> String {
-    match redone {
-        0 => String::new(),
-        n => format!("; {n} run(s) done again after a slow probe"),
+/// One throughput run of `bus` (see [`tput`]), kept as [`Kept`] says; `None` when `bus` does not
+/// take part (too many producers for it, or not named by `--only`).
+fn kept_tput<B: Bus>(
+    bus: &B,
+    o: &Options,
+    pins: &Pins,
+    kept: &mut Kept,
+    (producers, subs): (usize, usize),
+    batch: bool,
+) -> Option<f64> {
+    if !runs_here(bus, o, producers) {
+        return None;
     }
+    kept.run(pins, || {
+        thread::scope(|s| {
+            s.spawn(|| tput(bus, o, pins, producers, subs, batch))
+                .join()
+                .unwrap()
+        })
+    })
 }
 
 /// Probes until the one-way floor is at most `fast`, for at most `budget`; returns the last probe.
@@ -1340,7 +1380,7 @@ fn main() {
     // Before each run: a shorter wait, so that a long slow phase costs minutes, not hours (and
     // none in the quick smoke run, which only checks that everything runs).
     let run_wait = Duration::from_secs(if steady { 0 } else { 2 });
-    // The quick smoke run (and `--no-wait`) keeps every run (see `kept_run`).
+    // The quick smoke run (and `--no-wait`) keeps every run (see `Kept`).
     let max_redos = if steady { 0 } else { MAX_REDOS };
 
     if want("floor") {
@@ -1357,8 +1397,7 @@ fn main() {
             if o.subs.is_some_and(|n| n != subs) {
                 continue;
             }
-            let mut floors = vec![floor_now(&pins)];
-            let mut redone = 0;
+            let mut kept = Kept::new(run_wait, max_redos, floor_now(&pins));
             let mut rows: Vec<(&'static str, bool, Vec<f64>)> = Vec::new();
             for run in 0..o.runs {
                 macro_rules! go {
@@ -1367,16 +1406,8 @@ fn main() {
                         if std::env::var_os("PERF_TRACE").is_some() {
                             eprintln!("{scenario} {producers}->{subs}: {}", bus.name());
                         }
-                        let v = runs_here(bus, &o, producers).then(|| {
-                            kept_run(&pins, run_wait, max_redos, &mut floors, &mut redone, || {
-                                thread::scope(|s| {
-                                    s.spawn(|| tput(bus, &o, &pins, producers, subs, batch))
-                                        .join()
-                                        .unwrap()
-                                })
-                            })
-                        });
-                        (bus.name(), $ours, v.flatten())
+                        let v = kept_tput(bus, &o, &pins, &mut kept, (producers, subs), batch);
+                        (bus.name(), $ours, v)
                     }};
                 }
                 let results = each_bus!(go);
@@ -1393,8 +1424,8 @@ fn main() {
                 &format!(
                     "## {scenario} {producers}→{subs} (Mmsg/s of the slowest subscriber; {}; floor {}{})",
                     pins.describe(producers, subs),
-                    floor_range(&floors),
-                    redone_note(redone)
+                    kept.floor(),
+                    kept.redone_note()
                 ),
                 "Mmsg/s",
                 &rows,
@@ -1403,7 +1434,8 @@ fn main() {
         }
     }
     if want("ceiling") {
-        ceiling_table(&mut r, &o, &pins, run_wait, max_redos, floor_now(&pins));
+        let mut kept = Kept::new(run_wait, max_redos, floor_now(&pins));
+        ceiling_table(&mut r, &o, &pins, &mut kept);
     }
     for (scenario, period, samples) in [
         ("lat", Duration::from_micros(2), o.samples),
@@ -1413,28 +1445,20 @@ fn main() {
             continue;
         }
         for subs in [1usize, 2] {
-            let mut floors = vec![floor_now(&pins)];
-            let mut redone = 0;
+            let mut kept = Kept::new(run_wait, max_redos, floor_now(&pins));
             let mut rows: Vec<(&'static str, bool, Vec<[f64; 5]>)> = Vec::new();
             for run in 0..o.runs {
                 macro_rules! go {
                     ($bus:expr, $ours:expr) => {{
                         let bus = $bus;
                         let v = runs_here(bus, &o, 1).then(|| {
-                            let h = kept_run(
-                                &pins,
-                                run_wait,
-                                max_redos,
-                                &mut floors,
-                                &mut redone,
-                                || {
-                                    thread::scope(|s| {
-                                        s.spawn(|| latency(bus, &pins, subs, period, samples))
-                                            .join()
-                                            .unwrap()
-                                    })
-                                },
-                            );
+                            let h = kept.run(&pins, || {
+                                thread::scope(|s| {
+                                    s.spawn(|| latency(bus, &pins, subs, period, samples))
+                                        .join()
+                                        .unwrap()
+                                })
+                            });
                             let q = [0.5, 0.9, 0.99, 0.999].map(|q| h.value_at_quantile(q) as f64);
                             [q[0], q[1], q[2], q[3], h.max() as f64]
                         });
@@ -1467,8 +1491,8 @@ fn main() {
                 r.table(
                     &format!(
                         "## {scenario} 1→{subs} {label} (ns; one message per {period:?}; floor {} one-way{})",
-                        floor_range(&floors),
-                        redone_note(redone)
+                        kept.floor(),
+                        kept.redone_note()
                     ),
                     "ns",
                     &table,
@@ -1558,17 +1582,8 @@ fn main() {
 
 /// The `ceiling` scenario: single-record 1→1 for logbus (ring-like), the Disruptor's two best
 /// waits, and the minimal rings of [`ceiling`], each figure beside logbus's.
-fn ceiling_table(
-    r: &mut Report,
-    o: &Options,
-    pins: &Pins,
-    run_wait: Duration,
-    max_redos: usize,
-    floor: Duration,
-) {
+fn ceiling_table(r: &mut Report, o: &Options, pins: &Pins, kept: &mut Kept) {
     use ceiling::Minimal;
-    let mut floors = vec![floor];
-    let mut redone = 0;
     let mut rows: Vec<(&'static str, Vec<f64>)> = Vec::new();
     for run in 0..o.runs {
         let mut k = 0;
@@ -1583,14 +1598,7 @@ fn ceiling_table(
         macro_rules! go {
             ($bus:expr) => {{
                 let bus = $bus;
-                let v = runs_here(bus, o, 1).then(|| {
-                    kept_run(pins, run_wait, max_redos, &mut floors, &mut redone, || {
-                        thread::scope(|s| {
-                            s.spawn(|| tput(bus, o, pins, 1, 1, false)).join().unwrap()
-                        })
-                    })
-                });
-                record(bus.name(), v.flatten());
+                record(bus.name(), kept_tput(bus, o, pins, kept, (1, 1), false));
             }};
         }
         go!(&Logbus {
@@ -1623,8 +1631,8 @@ fn ceiling_table(
     r.line(&format!(
         "## ceiling 1→1 (Mmsg/s of the subscriber, single records; {}; floor {}{})",
         pins.for_producers(1).describe(1, 1),
-        floor_range(&floors),
-        redone_note(redone)
+        kept.floor(),
+        kept.redone_note()
     ));
     r.line("");
     r.line("The minimal rings are not peers: they bound what a watermark ring reaches here (see `perf/src/ceiling.rs`).");
