@@ -57,7 +57,8 @@ const MAX_BATCH_PAUSE: Duration = Duration::from_micros(16);
 /// one yield, without reading the clock.
 const SHORTEST_YIELD: Duration = Duration::from_nanos(100);
 
-/// The pause after a caught-up run of `n` records.
+/// The pause after a caught-up run of `n` records. The perf harness's minimal rings
+/// (`perf/src/ceiling.rs`) pause the same way and repeat these figures: change both.
 fn batch_pause(n: u64) -> Duration {
     PAUSE_PER_RECORD
         .saturating_mul(u32::try_from(n).unwrap_or(u32::MAX))
@@ -111,7 +112,8 @@ pub(crate) fn scan<T: Send + Sync + 'static>(
     }
     let mut closed = 0;
     // `from` may be past the end when the set shrank since it was taken (a rebalance).
-    let mut i = if from < n { from } else { from % n };
+    let first = if from < n { from } else { from % n };
+    let mut i = first;
     for _ in 0..n {
         match readers[i].poll_ready(limit) {
             Ok(true) => return Ok(Some(i)),
@@ -122,7 +124,7 @@ pub(crate) fn scan<T: Send + Sync + 'static>(
         i = after(i, n);
     }
     if closed == n {
-        Err((from % n, ReadError::Closed))
+        Err((first, ReadError::Closed))
     } else {
         Ok(None)
     }
