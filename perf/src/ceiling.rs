@@ -32,7 +32,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::{spawn_each, Bus, Pins, Run, Sink, Tx};
+use logbus::{Start, Topic};
+
+use crate::{logbus_ring, order_sink, spawn_each, Bus, Pins, Run, Sink, Tx, CAPACITY};
 
 /// A word on a cache line pair of its own (the CPU's adjacent-line prefetcher works on pairs).
 #[repr(align(128))]
@@ -244,6 +246,63 @@ impl<const LOOP: bool, const PAUSE: bool> Bus for Minimal<LOOP, PAUSE> {
     }
 }
 
+/// Records a subscriber's core reads a second when the records are already in its cache and
+/// reading is all it does: `records` u64 records of logbus's ring-like topic, written in chunks of
+/// half the retention by a thread on the same core, each chunk read after it is written (the two
+/// take turns), with the harness's logbus reader loop and check (`next_batch(4096)`, every value
+/// through [`order_sink`]). Only the reading is timed.
+///
+/// No subscriber on that core reads faster, whatever the producer does: in a 1→1 run the lines
+/// also have to come from the producer's core, and where readers share the core (1→2 and 1→4 on
+/// two cores) their sum is bounded likewise. So it bounds batch 1→1, and how far above
+/// single-record 1→1 batching can take it here.
+pub(crate) fn read_limit(pins: &Pins, records: u64) -> f64 {
+    let chunk = CAPACITY as u64 / 2;
+    let records = records.div_ceil(chunk) * chunk;
+    let topic = Topic::<u64>::new("read-limit", logbus_ring(CAPACITY)).unwrap();
+    let mut reader = topic.reader(0, Start::Earliest).unwrap();
+    let mut producer = topic.producer().unwrap();
+    // Two meetings a chunk: written, then read.
+    let meet = Arc::new(std::sync::Barrier::new(2));
+    let writer = {
+        let (meet, pins) = (meet.clone(), pins.clone());
+        thread::spawn(move || {
+            pins.subscriber(0);
+            for start in (0..records).step_by(chunk as usize) {
+                for v in start..start + chunk {
+                    producer.publish(v).unwrap();
+                }
+                meet.wait();
+                meet.wait();
+            }
+        })
+    };
+    let pins = pins.clone();
+    let subscriber = thread::spawn(move || {
+        pins.subscriber(0);
+        let mut sink = order_sink(1, records, Arc::default());
+        let mut reading = Duration::ZERO;
+        for _ in 0..records / chunk {
+            meet.wait();
+            let started = Instant::now();
+            let mut left = chunk as usize;
+            while left > 0 {
+                let b = reader.next_batch(4096).unwrap();
+                left -= b.len();
+                for v in b.values() {
+                    sink(*v);
+                }
+            }
+            reading += started.elapsed();
+            meet.wait();
+        }
+        reading
+    });
+    writer.join().unwrap();
+    let reading = subscriber.join().unwrap();
+    records as f64 / reading.as_secs_f64() / 1e6
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Mutex;
@@ -283,6 +342,14 @@ mod tests {
 
     fn expected(n: u64) -> Vec<u64> {
         (0..n / 2).chain(0..n - n / 2).collect()
+    }
+
+    #[test]
+    fn the_read_limit_reads_every_chunk_in_order() {
+        // 100,000 records are four chunks of 32 Ki (rounded up): the reader takes each after its
+        // writer, and `order_sink` panics on a record out of place.
+        let rate = read_limit(&Pins::from_ids(Vec::new()), 100_000);
+        assert!(rate.is_finite() && rate > 0.0, "{rate}");
     }
 
     #[test]

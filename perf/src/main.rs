@@ -1581,31 +1581,27 @@ fn main() {
 }
 
 /// The `ceiling` scenario: single-record 1→1 for logbus (ring-like), the Disruptor's two best
-/// waits, and the minimal rings of [`ceiling`], each figure beside logbus's.
+/// waits, and the minimal rings of [`ceiling`], each figure beside logbus's; then logbus's batch
+/// 1→1 and its single-record 1→1 beside what the subscriber's core reads when the records are
+/// already in its cache and it only reads ([`ceiling::read_limit`]).
 fn ceiling_table(r: &mut Report, o: &Options, pins: &Pins, kept: &mut Kept) {
     use ceiling::Minimal;
-    let mut rows: Vec<(&'static str, Vec<f64>)> = Vec::new();
+    let (mut single, mut read) = (Rows::default(), Rows::default());
     for run in 0..o.runs {
-        let mut k = 0;
-        // Appends this run's figure to the next row (made on the first run).
-        let mut record = |name: &'static str, v: Option<f64>| {
-            if run == 0 {
-                rows.push((name, Vec::new()));
-            }
-            rows[k].1.extend(v);
-            k += 1;
-        };
+        single.next_run(run);
+        read.next_run(run);
         macro_rules! go {
             ($bus:expr) => {{
                 let bus = $bus;
-                record(bus.name(), kept_tput(bus, o, pins, kept, (1, 1), false));
+                single.record(bus.name(), kept_tput(bus, o, pins, kept, (1, 1), false));
             }};
         }
-        go!(&Logbus {
+        let ours = Logbus {
             name: "logbus single producer, ring-like",
             config: logbus_ring,
-            single: true
-        });
+            single: true,
+        };
+        go!(&ours);
         go!(&Disruptor(
             "disruptor BusySpinWithSpinLoopHint",
             disruptor::BusySpinWithSpinLoopHint
@@ -1626,36 +1622,90 @@ fn ceiling_table(r: &mut Report, o: &Options, pins: &Pins, kept: &mut Kept) {
         go!(&Minimal::<true, false>(
             "minimal ring: run in one loop, spinning reader"
         ));
+        if runs_here(&ours, o, 1) {
+            read.record(
+                "reading only, records already in the subscriber's core",
+                Some(kept.run(pins, || ceiling::read_limit(pins, o.records))),
+            );
+            read.record(
+                "logbus ring-like, batches of 256",
+                kept_tput(&ours, o, pins, kept, (1, 1), true),
+            );
+            let last = single.rows[0].1.last().copied();
+            read.record("logbus ring-like, single records (above)", last);
+        }
     }
+    let placement = pins.for_producers(1).describe(1, 1);
     r.line("");
     r.line(&format!(
-        "## ceiling 1→1 (Mmsg/s of the subscriber, single records; {}; floor {}{})",
-        pins.for_producers(1).describe(1, 1),
+        "## ceiling 1→1 (Mmsg/s of the subscriber, single records; {placement}; floor {}{})",
         kept.floor(),
         kept.redone_note()
     ));
     r.line("");
     r.line("The minimal rings are not peers: they bound what a watermark ring reaches here (see `perf/src/ceiling.rs`).");
+    single.table(r, "/ logbus");
+    if read.rows.is_empty() {
+        return;
+    }
     r.line("");
-    r.line("| contender | median Mmsg/s | min | max | / logbus |");
-    r.line("|---|---:|---:|---:|---:|");
-    let ours = rows
-        .first()
-        .filter(|(_, v)| !v.is_empty())
-        .map(|(_, v)| median(&mut v.clone()));
-    for (name, v) in &rows {
-        if v.is_empty() {
-            r.line(&format!("| {name} | n/a | | | |"));
-            continue;
+    r.line(&format!(
+        "## read limit 1→1 (Mmsg/s of the subscriber; {placement})"
+    ));
+    r.line("");
+    r.line("First row: the subscriber's core reads chunks of 32 Ki records it has just written itself, with the harness's logbus reader loop and check, and only the reading is timed (see `ceiling::read_limit`). No subscriber on that core reads faster.");
+    read.table(r, "/ first row");
+}
+
+/// The rows of a table built run by run: each run records its figures in the same order.
+#[derive(Default)]
+struct Rows {
+    rows: Vec<(&'static str, Vec<f64>)>,
+    /// The next row this run records, and whether this is the first run (which makes the rows).
+    k: usize,
+    first: bool,
+}
+
+impl Rows {
+    fn next_run(&mut self, run: usize) {
+        self.k = 0;
+        self.first = run == 0;
+    }
+
+    fn record(&mut self, name: &'static str, v: Option<f64>) {
+        if self.first {
+            self.rows.push((name, Vec::new()));
         }
-        let mut sorted = v.clone();
-        let m = median(&mut sorted);
-        let against = ours.map_or(String::new(), |l| format!("{:.2}×", m / l));
+        self.rows[self.k].1.extend(v);
+        self.k += 1;
+    }
+
+    /// Prints the rows' medians, min and max, each median as a multiple of the first row's.
+    fn table(&self, r: &mut Report, against: &str) {
+        r.line("");
         r.line(&format!(
-            "| {name} | {m:.2} | {:.2} | {:.2} | {against} |",
-            sorted[0],
-            sorted[sorted.len() - 1]
+            "| contender | median Mmsg/s | min | max | {against} |"
         ));
+        r.line("|---|---:|---:|---:|---:|");
+        let base = self
+            .rows
+            .first()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(_, v)| median(&mut v.clone()));
+        for (name, v) in &self.rows {
+            if v.is_empty() {
+                r.line(&format!("| {name} | n/a | | | |"));
+                continue;
+            }
+            let mut sorted = v.clone();
+            let m = median(&mut sorted);
+            let ratio = base.map_or(String::new(), |b| format!("{:.2}×", m / b));
+            r.line(&format!(
+                "| {name} | {m:.2} | {:.2} | {:.2} | {ratio} |",
+                sorted[0],
+                sorted[sorted.len() - 1]
+            ));
+        }
     }
 }
 
