@@ -26,15 +26,15 @@ use std::{
     cell::UnsafeCell,
     sync::{
         atomic::{compiler_fence, AtomicU64, Ordering},
-        Arc,
+        mpsc, Arc,
     },
     thread,
     time::{Duration, Instant},
 };
 
-use logbus::{Start, Topic};
+use logbus::{Reader, Start, Topic};
 
-use crate::{logbus_ring, order_sink, spawn_each, Bus, Pins, Run, Sink, Tx, CAPACITY};
+use crate::{logbus_ring, order_sink, read_logbus, spawn_each, Bus, Pins, Run, Sink, Tx, CAPACITY};
 
 /// A word on a cache line pair of its own (the CPU's adjacent-line prefetcher works on pairs).
 #[repr(align(128))]
@@ -246,61 +246,75 @@ impl<const LOOP: bool, const PAUSE: bool> Bus for Minimal<LOOP, PAUSE> {
     }
 }
 
-/// Records a subscriber's core reads a second when the records are already in its cache and
-/// reading is all it does: `records` u64 records of logbus's ring-like topic, written in chunks of
-/// half the retention by a thread on the same core, each chunk read after it is written (the two
-/// take turns), with the harness's logbus reader loop and check (`next_batch(4096)`, every value
-/// through [`order_sink`]). Only the reading is timed.
+/// Records a subscriber's core reads a second when reading is all it does. A writer publishes 32
+/// Ki u64 records (half the retention) to a fresh ring-like logbus topic and hands its readers to
+/// the subscriber's core, which reads them through the harness's logbus reader loop and check
+/// ([`read_logbus`] and [`order_sink`]: the machine code of the throughput runs), timing only the
+/// reading; the writer waits for that before its next round, until `records` records were read.
 ///
-/// No subscriber on that core reads faster, whatever the producer does: in a 1→1 run the lines
-/// also have to come from the producer's core, and where readers share the core (1→2 and 1→4 on
-/// two cores) their sum is bounded likewise. So it bounds batch 1→1, and how far above
-/// single-record 1→1 batching can take it here.
-pub(crate) fn read_limit(pins: &Pins, records: u64) -> f64 {
-    let chunk = CAPACITY as u64 / 2;
-    let records = records.div_ceil(chunk) * chunk;
-    let topic = Topic::<u64>::new("read-limit", logbus_ring(CAPACITY)).unwrap();
-    let mut reader = topic.reader(0, Start::Earliest).unwrap();
-    let mut producer = topic.producer().unwrap();
-    // Two meetings a chunk: written, then read.
-    let meet = Arc::new(std::sync::Barrier::new(2));
+/// - `from_producer`: the writer is on the producer's core and one reader takes each chunk, so
+///   every line comes from that core, as in a 1→1 run, but with nothing else to wait for.
+/// - otherwise: the writer shares the subscriber's core and 8 readers take each chunk in turn, so
+///   the lines are already in that core's cache: what its reading costs alone. No subscriber
+///   there reads faster, and where readers share the core (1→2 and 1→4 on two cores) their sum
+///   is bounded likewise.
+pub(crate) fn read_limit(pins: &Pins, records: u64, from_producer: bool) -> f64 {
+    const CHUNK: u64 = CAPACITY as u64 / 2;
+    let readers = if from_producer { 1 } else { 8 };
+    let rounds = records.div_ceil(CHUNK * readers as u64);
+    let (to_subscriber, chunks) = mpsc::sync_channel::<Vec<Reader<u64>>>(0);
+    // Rounds read. The writer waits for the next one without sleeping: a core left idle while
+    // the other reads its lines answers for them more slowly (on this VM, up to half as fast).
+    let read = Arc::new(AtomicU64::new(0));
     let writer = {
-        let (meet, pins) = (meet.clone(), pins.clone());
+        let (pins, read) = (pins.clone(), read.clone());
         thread::spawn(move || {
-            pins.subscriber(0);
-            for start in (0..records).step_by(chunk as usize) {
-                for v in start..start + chunk {
+            if from_producer {
+                pins.producer(0);
+            } else {
+                pins.subscriber(0);
+            }
+            for round in 0..rounds {
+                let topic = Topic::<u64>::new("read-limit", logbus_ring(CAPACITY)).unwrap();
+                let readers = (0..readers)
+                    .map(|_| topic.reader(0, Start::Earliest).unwrap())
+                    .collect();
+                let mut producer = topic.producer().unwrap();
+                for v in 0..CHUNK {
                     producer.publish(v).unwrap();
                 }
-                meet.wait();
-                meet.wait();
+                to_subscriber.send(readers).unwrap();
+                // Relaxed: a count, guarding no data (the topic orders its own records, and
+                // each round's topic is dropped by whichever side lets it go last).
+                while read.load(Ordering::Relaxed) == round {
+                    if from_producer {
+                        std::hint::spin_loop();
+                    } else {
+                        thread::yield_now(); // the reader needs this core
+                    }
+                }
             }
         })
     };
     let pins = pins.clone();
     let subscriber = thread::spawn(move || {
         pins.subscriber(0);
-        let mut sink = order_sink(1, records, Arc::default());
-        let mut reading = Duration::ZERO;
-        for _ in 0..records / chunk {
-            meet.wait();
-            let started = Instant::now();
-            let mut left = chunk as usize;
-            while left > 0 {
-                let b = reader.next_batch(4096).unwrap();
-                left -= b.len();
-                for v in b.values() {
-                    sink(*v);
-                }
+        let (mut n, mut reading) = (0, Duration::ZERO);
+        for readers in chunks {
+            for reader in readers {
+                let sink = order_sink(1, CHUNK, Arc::default());
+                let started = Instant::now();
+                read_logbus(reader, sink);
+                reading += started.elapsed();
+                n += CHUNK;
             }
-            reading += started.elapsed();
-            meet.wait();
+            // Relaxed: as the writer's load, a count only.
+            read.fetch_add(1, Ordering::Relaxed);
         }
-        reading
+        n as f64 / reading.as_secs_f64() / 1e6
     });
     writer.join().unwrap();
-    let reading = subscriber.join().unwrap();
-    records as f64 / reading.as_secs_f64() / 1e6
+    subscriber.join().unwrap()
 }
 
 #[cfg(test)]
@@ -346,10 +360,12 @@ mod tests {
 
     #[test]
     fn the_read_limit_reads_every_chunk_in_order() {
-        // 100,000 records are four chunks of 32 Ki (rounded up): the reader takes each after its
-        // writer, and `order_sink` panics on a record out of place.
-        let rate = read_limit(&Pins::from_ids(Vec::new()), 100_000);
-        assert!(rate.is_finite() && rate > 0.0, "{rate}");
+        // Each reader of a round reads the round's 32 Ki records; `order_sink` panics on a record
+        // out of place, and a reader short of its 32 Ki would wait for ever.
+        for from_producer in [true, false] {
+            let rate = read_limit(&Pins::from_ids(Vec::new()), 100_000, from_producer);
+            assert!(rate.is_finite() && rate > 0.0, "{rate}");
+        }
     }
 
     #[test]
