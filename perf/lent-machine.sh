@@ -67,7 +67,8 @@ run)
     scenario 90 "$fast" tput --runs 5
     scenario 60 "$fast" lat --runs 5
     scenario 60 "$fast" batch --runs 3
-    # What a minimal watermark ring reaches 1→1 there, beside logbus (see perf/src/ceiling.rs).
+    # What a minimal watermark ring reaches 1→1 there, beside logbus, and what a subscriber core
+    # reads when it only reads (see perf/src/ceiling.rs).
     scenario 45 "$fast;minimal" ceiling --runs 3
     scenario 45 "$fast" lat-slow --runs 3
     # The channel peers, one run ("bus" also selects the logbus rows again, which cost little).
