@@ -1590,8 +1590,8 @@ fn main() {
 
 /// The `ceiling` scenario: single-record 1→1 for logbus (ring-like), the Disruptor's two best
 /// waits, and the minimal rings of [`ceiling`], each figure beside logbus's; then logbus's batch
-/// 1→1 and its single-record 1→1 beside what the subscriber's core reads when the records are
-/// already in its cache and it only reads ([`ceiling::read_limit`]).
+/// 1→1 and its single-record 1→1 beside what the subscriber's core reads when reading is all it
+/// does, from the producer's core's lines and from its own ([`ceiling::read_limit`]).
 fn ceiling_table(r: &mut Report, o: &Options, pins: &Pins, kept: &mut Kept) {
     use ceiling::Minimal;
     let (mut single, mut read) = (Rows::default(), Rows::default());
