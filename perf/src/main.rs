@@ -1595,9 +1595,9 @@ fn main() {
 fn ceiling_table(r: &mut Report, o: &Options, pins: &Pins, kept: &mut Kept) {
     use ceiling::Minimal;
     let (mut single, mut read) = (Rows::default(), Rows::default());
-    for run in 0..o.runs {
-        single.next_run(run);
-        read.next_run(run);
+    for _ in 0..o.runs {
+        single.next_run();
+        read.next_run();
         macro_rules! go {
             ($bus:expr) => {{
                 let bus = $bus;
@@ -1669,23 +1669,22 @@ fn ceiling_table(r: &mut Report, o: &Options, pins: &Pins, kept: &mut Kept) {
     read.table(r, "/ first row");
 }
 
-/// The rows of a table built run by run: each run records its figures in the same order.
+/// The rows of a table built run by run: each run records its figures in the same order, and the
+/// first run makes the rows.
 #[derive(Default)]
 struct Rows {
     rows: Vec<(&'static str, Vec<f64>)>,
-    /// The next row this run records, and whether this is the first run (which makes the rows).
+    /// The row this run records next.
     k: usize,
-    first: bool,
 }
 
 impl Rows {
-    fn next_run(&mut self, run: usize) {
+    fn next_run(&mut self) {
         self.k = 0;
-        self.first = run == 0;
     }
 
     fn record(&mut self, name: &'static str, v: Option<f64>) {
-        if self.first {
+        if self.k == self.rows.len() {
             self.rows.push((name, Vec::new()));
         }
         self.rows[self.k].1.extend(v);
