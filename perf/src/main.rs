@@ -1242,6 +1242,22 @@ impl Report {
         self.md.push('\n');
     }
 
+    /// One contender's row: the median, least and greatest of its runs `v`, and `ratio` of the
+    /// median in the last column; "n/a" where it did not run.
+    fn row(&mut self, name: &str, v: &[f64], ratio: impl FnOnce(f64) -> String) {
+        if v.is_empty() {
+            return self.line(&format!("| {name} | n/a | | | |"));
+        }
+        let mut sorted = v.to_vec();
+        let m = median(&mut sorted);
+        let ratio = ratio(m);
+        self.line(&format!(
+            "| {name} | {m:.2} | {:.2} | {:.2} | {ratio} |",
+            sorted[0],
+            sorted[sorted.len() - 1]
+        ));
+    }
+
     /// A table of one figure per contender (median, min, max over runs), higher or lower better.
     fn table(
         &mut self,
@@ -1270,36 +1286,22 @@ impl Report {
         } else {
             peers.map(|(_, m)| m.unwrap()).fold(f64::NAN, f64::min)
         };
-        for ((name, ours, v), m) in rows.iter().zip(&med) {
-            match m {
-                None => self.line(&format!("| {name} | n/a | | | |")),
-                Some(m) => {
-                    let mut sorted = v.clone();
-                    sorted.sort_by(|a, b| a.partial_cmp(b).unwrap());
-                    let ratio = if *ours {
-                        if higher_is_better {
-                            m / best_peer
-                        } else {
-                            best_peer / m
-                        }
-                    } else {
-                        f64::NAN
-                    };
+        for (name, ours, v) in rows {
+            self.row(name, v, |m| {
+                let ratio = match (*ours, higher_is_better) {
+                    (false, _) => f64::NAN,
+                    (true, true) => m / best_peer,
+                    (true, false) => best_peer / m,
+                };
+                if ratio.is_nan() {
+                    String::new()
+                } else if m < 0.005 && best_peer < 0.005 {
                     // Both below what the table prints (0.00): a ratio of noise, say so.
-                    let ratio = if ratio.is_nan() {
-                        String::new()
-                    } else if *m < 0.005 && best_peer < 0.005 {
-                        "both 0.00".to_owned()
-                    } else {
-                        format!("{ratio:.2}×")
-                    };
-                    self.line(&format!(
-                        "| {name} | {m:.2} | {:.2} | {:.2} | {ratio} |",
-                        sorted[0],
-                        sorted[sorted.len() - 1]
-                    ));
+                    "both 0.00".to_owned()
+                } else {
+                    format!("{ratio:.2}×")
                 }
-            }
+            });
         }
         if !higher_is_better {
             self.line("\n(lower is better here, so the ratio is best peer / logbus: above 1 means logbus is better)");
@@ -1609,7 +1611,8 @@ fn ceiling_table(r: &mut Report, o: &Options, pins: &Pins, kept: &mut Kept) {
             config: logbus_ring,
             single: true,
         };
-        go!(&ours);
+        let ours_single = kept_tput(&ours, o, pins, kept, (1, 1), false);
+        single.record(ours.name(), ours_single);
         go!(&Disruptor(
             "disruptor BusySpinWithSpinLoopHint",
             disruptor::BusySpinWithSpinLoopHint
@@ -1643,8 +1646,7 @@ fn ceiling_table(r: &mut Report, o: &Options, pins: &Pins, kept: &mut Kept) {
                 "logbus ring-like, batches of 256",
                 kept_tput(&ours, o, pins, kept, (1, 1), true),
             );
-            let last = single.rows[0].1.last().copied();
-            read.record("logbus ring-like, single records (above)", last);
+            read.record("logbus ring-like, single records (above)", ours_single);
         }
     }
     let placement = pins.for_producers(1).describe(1, 1);
@@ -1704,18 +1706,9 @@ impl Rows {
             .filter(|(_, v)| !v.is_empty())
             .map(|(_, v)| median(&mut v.clone()));
         for (name, v) in &self.rows {
-            if v.is_empty() {
-                r.line(&format!("| {name} | n/a | | | |"));
-                continue;
-            }
-            let mut sorted = v.clone();
-            let m = median(&mut sorted);
-            let ratio = base.map_or(String::new(), |b| format!("{:.2}×", m / b));
-            r.line(&format!(
-                "| {name} | {m:.2} | {:.2} | {:.2} | {ratio} |",
-                sorted[0],
-                sorted[sorted.len() - 1]
-            ));
+            r.row(name, v, |m| {
+                base.map_or(String::new(), |b| format!("{:.2}×", m / b))
+            });
         }
     }
 }
