@@ -1,7 +1,8 @@
 //! The hot path allocates nothing. Inside installed segments, 100,000 publishes and reads make zero
 //! allocations; in the steady state of a trimming topic (segments recycled through the pool) the
 //! allocations are per segment (crossbeam-epoch's garbage-queue node when a trimmed segment is
-//! retired, and a fresh segment when the pool's spares are not reclaimed yet), never per record.
+//! retired), never per record. A topic bounded by `max_records` allocates its segments when it is
+//! created, within a fixed budget, and none while publishing.
 
 use std::{
     alloc::{GlobalAlloc, Layout, System},
@@ -13,18 +14,82 @@ use logbus::{Producers, Start, Topic, TopicConfig};
 struct Counting;
 
 static ALLOCS: AtomicUsize = AtomicUsize::new(0);
+/// Allocations of at least [`LARGE`] bytes: a segment's arrays, nothing smaller.
+static LARGE_ALLOCS: AtomicUsize = AtomicUsize::new(0);
+/// Bytes asked for, all allocations together.
+static BYTES: AtomicUsize = AtomicUsize::new(0);
 static COUNTING: AtomicBool = AtomicBool::new(false);
 
-// SAFETY: forwards to the system allocator; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+/// Smaller than the values or time words of a 4096-slot segment of `u64` (32 and 24 KiB), larger
+/// than anything else the engine allocates while publishing (the epoch's garbage bags are ~2 KiB).
+const LARGE: usize = 16 << 10;
+
+impl Counting {
+    fn count(layout: Layout) {
         if COUNTING.load(Ordering::Relaxed) {
             ALLOCS.fetch_add(1, Ordering::Relaxed);
+            BYTES.fetch_add(layout.size(), Ordering::Relaxed);
+            if layout.size() >= LARGE {
+                LARGE_ALLOCS.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// Large allocations come straight from the OS, one mapping each, so that they are always fresh
+/// pages (as a heap's first use of memory is), never pages a freed allocation left mapped: the
+/// page-fault test below then sees each first touch, whatever ran before it.
+#[cfg(target_os = "linux")]
+fn fresh_pages(layout: Layout) -> *mut u8 {
+    assert!(layout.align() <= 4096);
+    // SAFETY: an anonymous private mapping; no memory of ours is involved.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            layout.size(),
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        std::ptr::null_mut()
+    } else {
+        p.cast()
+    }
+}
+
+// SAFETY: forwards to the system allocator, or maps fresh zeroed pages for a large allocation
+// (page-aligned, so any alignment up to a page holds; unmapped by `dealloc`, which sees the same
+// size); only counts besides.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        Self::count(layout);
+        #[cfg(target_os = "linux")]
+        if layout.size() >= LARGE {
+            return fresh_pages(layout);
         }
         // SAFETY: same contract as ours.
         unsafe { System.alloc(layout) }
     }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        Self::count(layout);
+        #[cfg(target_os = "linux")]
+        if layout.size() >= LARGE {
+            // A fresh mapping reads zero; writing zeros would touch its pages.
+            return fresh_pages(layout);
+        }
+        // SAFETY: same contract as ours.
+        unsafe { System.alloc_zeroed(layout) }
+    }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        #[cfg(target_os = "linux")]
+        if layout.size() >= LARGE {
+            // SAFETY: `ptr` is a mapping of `layout.size()` bytes made by `fresh_pages`.
+            unsafe { libc::munmap(ptr.cast(), layout.size()) };
+            return;
+        }
         // SAFETY: same contract as ours.
         unsafe { System.dealloc(ptr, layout) }
     }
@@ -33,7 +98,9 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-fn run(config: TopicConfig<u64>) -> usize {
+/// Counts the allocations (all of them, and the large ones) of 100,000 publishes and reads, after
+/// `warm_up` uncounted rounds of the same.
+fn run(config: TopicConfig<u64>, warm_up: usize) -> (usize, usize) {
     let topic = Topic::<u64>::new("alloc", config).unwrap();
     let mut reader = topic.reader(0, Start::Earliest).unwrap();
     let mut producer = topic.producer().unwrap();
@@ -58,12 +125,16 @@ fn run(config: TopicConfig<u64>) -> usize {
         sum
     };
     // Warm up: the pool fills with trimmed segments, the epoch's garbage bags exist.
-    for _ in 0..3 {
+    for _ in 0..warm_up {
         round(false);
     }
     ALLOCS.store(0, Ordering::SeqCst);
+    LARGE_ALLOCS.store(0, Ordering::SeqCst);
     round(true);
-    ALLOCS.load(Ordering::SeqCst)
+    (
+        ALLOCS.load(Ordering::SeqCst),
+        LARGE_ALLOCS.load(Ordering::SeqCst),
+    )
 }
 
 /// The allocator counts process-wide, so the two measurements must not run at the same time.
@@ -78,7 +149,7 @@ fn zero_allocations_inside_installed_segments() {
         let config = TopicConfig::default()
             .producers(producers)
             .segment_size(1 << 19);
-        let allocs = run(config);
+        let (allocs, _) = run(config, 3);
         assert_eq!(
             allocs, 0,
             "{producers:?}: allocations while publishing and reading"
@@ -94,13 +165,136 @@ fn steady_state_allocates_per_segment_not_per_record() {
             .producers(producers)
             .segment_size(4096)
             .max_records(8192);
-        let allocs = run(config);
+        let (allocs, _) = run(config, 3);
         // 100,000 records cross 25 segments of 4096. Each retired segment costs the epoch one
-        // garbage node, and now and then a segment is allocated because the pool's spare was not
-        // reclaimed yet: a small constant per segment, never one per record.
+        // garbage node: a small constant per segment, never one per record.
         assert!(
             allocs <= 2 * 25,
             "{producers:?}: {allocs} allocations for 100,000 records"
+        );
+    }
+}
+
+#[test]
+fn a_bounded_topic_allocates_its_segments_when_created() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    for producers in [Producers::Multi, Producers::Single] {
+        // Retention keeps 2 segments of 4096; the topic cycles through 6 (2 kept, the one being
+        // written, the one ahead, 2 on their way back through the epoch), all allocated by `new`.
+        let config = TopicConfig::default()
+            .producers(producers)
+            .segment_size(4096)
+            .max_records(8192);
+        // No warm-up: from the first record on, 100,000 records cross 25 segments.
+        let (_, large) = run(config, 0);
+        assert_eq!(
+            large, 0,
+            "{producers:?}: segments allocated while publishing into a bounded topic"
+        );
+    }
+}
+
+/// Bytes allocated while creating a `u64` topic with `config`.
+fn bytes_to_create(config: TopicConfig<u64>) -> usize {
+    BYTES.store(0, Ordering::SeqCst);
+    COUNTING.store(true, Ordering::SeqCst);
+    let topic = Topic::<u64>::new("created", config).unwrap();
+    COUNTING.store(false, Ordering::SeqCst);
+    drop(topic);
+    BYTES.load(Ordering::SeqCst)
+}
+
+#[test]
+fn what_a_topic_allocates_when_created_is_its_cycle_within_a_budget() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    // A 4096-slot single-producer segment of `u64` allocates 8 + 6 bytes a slot up front.
+    let segment = 4096 * 14;
+    let small = bytes_to_create(
+        TopicConfig::default()
+            .single_producer()
+            .segment_size(4096)
+            .max_records(8192),
+    );
+    // 2 kept, plus 5: 7 segments, and a few small allocations besides.
+    assert!(
+        (7 * segment..8 * segment).contains(&small),
+        "{small} bytes for a topic keeping 8192 records"
+    );
+    // An unbounded topic allocates its first two segments only.
+    let unbounded = bytes_to_create(TopicConfig::default().single_producer().segment_size(4096));
+    assert!(
+        (2 * segment..3 * segment).contains(&unbounded),
+        "{unbounded} bytes for an unbounded topic"
+    );
+    // A huge bound stops at the budget (32 MiB a topic), whatever the partitions.
+    for partitions in [1, 8] {
+        let huge = bytes_to_create(
+            TopicConfig::default()
+                .partitions(partitions)
+                .max_records(1 << 62),
+        );
+        assert!(
+            (16 << 20..34 << 20).contains(&huge),
+            "{huge} bytes for {partitions} partition(s) with a huge bound"
+        );
+    }
+}
+
+/// Page faults this thread has taken so far (minor ones: a fresh page mapped at first touch).
+#[cfg(target_os = "linux")]
+fn thread_page_faults() -> u64 {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::uninit();
+    // SAFETY: getrusage fills the whole struct we point it at, and reports failure otherwise.
+    let usage = unsafe {
+        assert_eq!(libc::getrusage(libc::RUSAGE_THREAD, usage.as_mut_ptr()), 0);
+        usage.assume_init()
+    };
+    usage.ru_minflt as u64
+}
+
+/// Page faults taken by a thread that publishes and reads 100,000 records through a fresh topic.
+#[cfg(target_os = "linux")]
+fn faults_publishing(config: TopicConfig<u64>) -> u64 {
+    let topic = Topic::<u64>::new("faults", config).unwrap();
+    std::thread::spawn(move || {
+        let mut reader = topic.reader(0, Start::Earliest).unwrap();
+        let mut producer = topic.producer().unwrap();
+        // The thread's own first steps (stack, thread-local state) fault too: not counted.
+        producer.publish(0).unwrap();
+        assert_eq!(*reader.next().unwrap(), 0);
+        let before = thread_page_faults();
+        for i in 1..100_000u64 {
+            producer.publish(i).unwrap();
+            assert_eq!(*reader.next().unwrap(), i);
+        }
+        thread_page_faults() - before
+    })
+    .join()
+    .unwrap()
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_bounded_topic_maps_its_pages_when_created() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    for producers in [Producers::Multi, Producers::Single] {
+        // Timestamped, so the time words are written too. 100,000 records cross 25 segments
+        // of 4096: as fresh memory, 25 x (8 + 6 + 1 pages) for the unbounded topic.
+        let config = TopicConfig::default()
+            .producers(producers)
+            .segment_size(4096);
+        let unbounded = faults_publishing(config.clone());
+        let bounded = faults_publishing(config.max_records(8192));
+        // The unbounded topic shows that the count sees fresh pages; the bounded one writes only
+        // into pages its creation mapped (a few faults may come from elsewhere, such as the
+        // epoch's garbage bags).
+        assert!(
+            unbounded >= 100,
+            "{producers:?}: only {unbounded} page faults through an unbounded topic"
+        );
+        assert!(
+            bounded <= 8,
+            "{producers:?}: {bounded} page faults through a bounded topic (unbounded: {unbounded})"
         );
     }
 }

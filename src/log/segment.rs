@@ -45,8 +45,9 @@ use std::ptr::NonNull;
 use crate::clock;
 
 use crate::sync::{
-    clear_flags, fence, lock, move_into, prefetch, prefetch_l2, prefetch_write, values_of, Arc,
-    AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Mutex, Ordering, SlotBase, UnsafeCell,
+    clear_flags, fence, lock, move_into, prefetch, prefetch_l2, prefetch_write, touch_pages,
+    values_of, Arc, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Mutex, Ordering, SlotBase,
+    UnsafeCell,
 };
 
 /// A cache line, and how far ahead producers fetch the lines they will write ([`AHEAD`] bytes,
@@ -203,6 +204,13 @@ impl<T> Segment<T> {
             },
             pool: None,
         })
+    }
+
+    /// The bytes a segment of `size` slots allocates up front (its key and wide-time arrays
+    /// come later, if ever).
+    pub(crate) fn footprint(size: usize, stamped: bool) -> usize {
+        let per_slot = std::mem::size_of::<T>() + 6 + usize::from(stamped);
+        size.saturating_mul(per_slot)
     }
 
     #[inline]
@@ -690,6 +698,32 @@ impl<T> Pool<T> {
             keep,
             spare: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Allocates `count` segments now (at most `keep`), with every page the log will write
+    /// mapped, and keeps them as spares: a bounded log stocks the segments it will cycle through
+    /// when it is created, as a ring buffer allocates its slots up front, so that none of its
+    /// segment switches allocates and none of its writes faults a fresh page in. Measured on the
+    /// 2-vCPU VM, 2 µs-paced publisher of a ring-like topic: a switch that allocated took
+    /// 11–77 µs (against about 1 µs from the pool), and the first write into each 4 KiB of a
+    /// fresh segment's values took ~5 µs.
+    pub(crate) fn stock(&self, count: usize) {
+        let mut fresh = Vec::with_capacity(count.min(self.keep));
+        for _ in 0..count.min(self.keep) {
+            let mut seg = Segment::allocate(self.size, self.stamped);
+            // SAFETY: any byte of a `MaybeUninit`, of a stamp or of a 6-byte time word may be 0.
+            // The time words only where the log writes them: on a log without timestamps only a
+            // keyed record does, and the untouched pages then cost no memory at all.
+            unsafe {
+                touch_pages(&mut seg.values);
+                touch_pages(&mut seg.stamps);
+                if self.timestamps {
+                    touch_pages(&mut seg.times);
+                }
+            }
+            fresh.push(seg);
+        }
+        lock(&self.spare).append(&mut fresh);
     }
 
     /// A segment for the offsets `[base, base + size)`, with one reference (the directory's).
