@@ -15,7 +15,7 @@
 # (`TABLE='2→2' perf/pairs.sh ...` when the arguments run several fan-outs). Build each binary
 # with the workspace's code alignment (build in this workspace and copy `target/release/logbus-perf`
 # aside), or placement decides the result. Give `--runs 3` or more: a process's first run writes
-# into fresh memory (logbus's bounded topics map theirs when created, since stop 26; the unbounded
+# into fresh memory (logbus's ring-like topics map theirs when created, since stop 26; the unbounded
 # ones and the channels do not), and its figure is the cold one only (the full run's median of 5 is
 # mostly warm runs); a batch publish's prefetch distance measured ×1.01 with `--runs 1` and ×1.09
 # with 3.

@@ -265,12 +265,15 @@ impl<T> TopicConfig<T> {
     /// `n + 2 * segment_size` records are kept (so up to `1.5 * n` with the default segment size
     /// for large `n`). Also the capacity for `Block`/`Reject`.
     ///
-    /// Like a ring buffer, a partition bounded this way allocates the segments it cycles through
-    /// (those `n` records keep, plus five: the one being written, the one installed ahead and
-    /// three on their way back to the partition's pool) when the topic is created, and writes to
-    /// every page of them, so that publishing allocates no segment and takes no page fault. At
-    /// most 32 MiB of segments a topic (shared among its partitions) are allocated that way;
-    /// beyond that, segments are allocated as a partition first fills, as on an unbounded topic.
+    /// Under [`Overflow::Block`] or [`Overflow::Reject`], where `n` is a capacity, a partition
+    /// allocates the segments it cycles through (those `n` records keep, plus five: the one being
+    /// written, the one installed ahead and three on their way back to the partition's pool) when
+    /// the topic is created, and writes to every page of them, as a ring buffer does; publishing
+    /// then allocates no segment and takes no page fault. At most 32 MiB of segments a topic
+    /// (shared among its partitions) are allocated that way; beyond that, segments are allocated
+    /// as a partition first fills. Under [`Overflow::DropOldest`], where `n` is a retention limit
+    /// that a quiet topic may never reach, segments are allocated as the partition fills, as on an
+    /// unbounded topic.
     pub fn max_records(mut self, n: u64) -> Self {
         self.max_records = Some(n);
         self

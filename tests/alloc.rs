@@ -1,15 +1,16 @@
 //! The hot path allocates nothing. Inside installed segments, 100,000 publishes and reads make zero
 //! allocations; in the steady state of a trimming topic (segments recycled through the pool) the
 //! allocations are per segment (crossbeam-epoch's garbage-queue node when a trimmed segment is
-//! retired), never per record. A topic bounded by `max_records` allocates its segments when it is
-//! created, within a fixed budget, and none while publishing.
+//! retired, and a fresh segment when the pool's spares are not reclaimed yet), never per record. A
+//! topic with a capacity (`max_records` under `Block` or `Reject`) allocates its segments when it
+//! is created, within a fixed budget, and none while publishing.
 
 use std::{
     alloc::{GlobalAlloc, Layout, System},
     sync::atomic::{AtomicBool, AtomicUsize, Ordering},
 };
 
-use logbus::{Producers, Start, Topic, TopicConfig};
+use logbus::{Overflow, Producers, Start, Topic, TopicConfig};
 
 struct Counting;
 
@@ -167,7 +168,8 @@ fn steady_state_allocates_per_segment_not_per_record() {
             .max_records(8192);
         let (allocs, _) = run(config, 3);
         // 100,000 records cross 25 segments of 4096. Each retired segment costs the epoch one
-        // garbage node: a small constant per segment, never one per record.
+        // garbage node, and now and then a segment is allocated because the pool's spare was not
+        // reclaimed yet: a small constant per segment, never one per record.
         assert!(
             allocs <= 2 * 25,
             "{producers:?}: {allocs} allocations for 100,000 records"
@@ -176,20 +178,21 @@ fn steady_state_allocates_per_segment_not_per_record() {
 }
 
 #[test]
-fn a_bounded_topic_allocates_its_segments_when_created() {
+fn a_topic_with_a_capacity_allocates_its_segments_when_created() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     for producers in [Producers::Multi, Producers::Single] {
-        // Retention keeps 2 segments of 4096; the topic cycles through 6 (2 kept, the one being
-        // written, the one ahead, 2 on their way back through the epoch), all allocated by `new`.
+        // A capacity of 2 segments of 4096; the topic cycles through 7 (2 kept, the one being
+        // written, the one ahead, 3 on their way back through the epoch), all allocated by `new`.
         let config = TopicConfig::default()
             .producers(producers)
             .segment_size(4096)
-            .max_records(8192);
+            .max_records(8192)
+            .overflow(Overflow::Block);
         // No warm-up: from the first record on, 100,000 records cross 25 segments.
         let (_, large) = run(config, 0);
         assert_eq!(
             large, 0,
-            "{producers:?}: segments allocated while publishing into a bounded topic"
+            "{producers:?}: segments allocated while publishing into a topic with a capacity"
         );
     }
 }
@@ -209,33 +212,46 @@ fn what_a_topic_allocates_when_created_is_its_cycle_within_a_budget() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     // A 4096-slot single-producer segment of `u64` allocates 8 + 6 bytes a slot up front.
     let segment = 4096 * 14;
-    let small = bytes_to_create(
-        TopicConfig::default()
-            .single_producer()
-            .segment_size(4096)
-            .max_records(8192),
-    );
-    // 2 kept, plus 5: 7 segments, and a few small allocations besides.
-    assert!(
-        (7 * segment..8 * segment).contains(&small),
-        "{small} bytes for a topic keeping 8192 records"
-    );
-    // An unbounded topic allocates its first two segments only.
-    let unbounded = bytes_to_create(TopicConfig::default().single_producer().segment_size(4096));
-    assert!(
-        (2 * segment..3 * segment).contains(&unbounded),
-        "{unbounded} bytes for an unbounded topic"
-    );
-    // A huge bound stops at the budget (32 MiB a topic), whatever the partitions.
+    let config = TopicConfig::default()
+        .single_producer()
+        .segment_size(4096)
+        .max_records(8192);
+    for overflow in [Overflow::Block, Overflow::Reject] {
+        let ring = bytes_to_create(config.clone().overflow(overflow));
+        // 2 kept, plus 5: 7 segments, and a few small allocations besides.
+        assert!(
+            (7 * segment..8 * segment).contains(&ring),
+            "{overflow:?}: {ring} bytes for a topic with a capacity of 8192 records"
+        );
+    }
+    // A retention limit and no limit at all: the first two segments only.
+    for (what, config) in [
+        (
+            "a retention limit",
+            config.clone().overflow(Overflow::DropOldest),
+        ),
+        (
+            "no limit",
+            TopicConfig::default().single_producer().segment_size(4096),
+        ),
+    ] {
+        let lazy = bytes_to_create(config);
+        assert!(
+            (2 * segment..3 * segment).contains(&lazy),
+            "{lazy} bytes for a topic with {what}"
+        );
+    }
+    // A huge capacity stops at the budget (32 MiB a topic), whatever the partitions.
     for partitions in [1, 8] {
         let huge = bytes_to_create(
             TopicConfig::default()
                 .partitions(partitions)
-                .max_records(1 << 62),
+                .max_records(1 << 62)
+                .overflow(Overflow::Reject),
         );
         assert!(
             (16 << 20..34 << 20).contains(&huge),
-            "{huge} bytes for {partitions} partition(s) with a huge bound"
+            "{huge} bytes for {partitions} partition(s) with a huge capacity"
         );
     }
 }
@@ -275,7 +291,7 @@ fn faults_publishing(config: TopicConfig<u64>) -> u64 {
 
 #[cfg(target_os = "linux")]
 #[test]
-fn a_bounded_topic_maps_its_pages_when_created() {
+fn a_topic_with_a_capacity_maps_its_pages_when_created() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     for producers in [Producers::Multi, Producers::Single] {
         // Timestamped, so the time words are written too. 100,000 records cross 25 segments
@@ -284,17 +300,18 @@ fn a_bounded_topic_maps_its_pages_when_created() {
             .producers(producers)
             .segment_size(4096);
         let unbounded = faults_publishing(config.clone());
-        let bounded = faults_publishing(config.max_records(8192));
-        // The unbounded topic shows that the count sees fresh pages; the bounded one writes only
-        // into pages its creation mapped (a few faults may come from elsewhere, such as the
-        // epoch's garbage bags).
+        let ring = faults_publishing(config.max_records(8192).overflow(Overflow::Block));
+        // The unbounded topic shows that the count sees fresh pages; the one with a capacity
+        // writes only into pages its creation mapped (a few faults may come from elsewhere, such
+        // as the epoch's garbage bags).
         assert!(
             unbounded >= 100,
             "{producers:?}: only {unbounded} page faults through an unbounded topic"
         );
         assert!(
-            bounded <= 8,
-            "{producers:?}: {bounded} page faults through a bounded topic (unbounded: {unbounded})"
+            ring <= 8,
+            "{producers:?}: {ring} page faults through a topic with a capacity (unbounded: \
+             {unbounded})"
         );
     }
 }

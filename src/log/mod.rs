@@ -18,8 +18,9 @@
 //! A writer that enters segment `i` makes sure segment `i + 1` is installed (allocated ahead, from
 //! the pool), and the same admin step applies retention: whole segments are unlinked from the
 //! directory and their directory reference is released through crossbeam-epoch (I4), after which
-//! the segment goes back to the pool. A log bounded by `max_records` stocks its pool with its
-//! whole cycle of segments when it is created ([`ring_segments`]), so its writers never allocate.
+//! the segment goes back to the pool. A log with a capacity (`max_records` under `Block` or
+//! `Reject`) stocks its pool with its whole cycle of segments when it is created
+//! ([`ring_segments`]), so its writers never allocate.
 //!
 //! Readers park on their own futex word. A publisher reads the `state` word once after publishing;
 //! when no reader is parked it does no wake-up work at all (I5). See [`crate::sync`] for why the
@@ -101,27 +102,30 @@ const BLOCKED_MASK: u64 = ((1 << 24) - 1) << 26;
 pub(crate) const RUNNING: u32 = 0;
 pub(crate) const PARKED: u32 = 1;
 
-/// How many segments a log keeps for reuse (at least; a bounded log keeps its whole cycle, see
-/// [`ring_segments`]).
+/// How many segments a log keeps for reuse (at least; a log with a capacity keeps its whole
+/// cycle, see [`ring_segments`]).
 const POOL_KEEP: usize = 4;
 
-/// The most bytes of segments a bounded topic allocates when it is created, shared among its
-/// partitions (see [`ring_segments`]). A larger retention allocates the rest as it grows, like an
-/// unbounded log.
+/// The most bytes of segments a topic with a capacity allocates when it is created, shared among
+/// its partitions (see [`ring_segments`]). A larger capacity allocates the rest as it first fills,
+/// like an unbounded log.
 const STOCK_MAX_BYTES: usize = 32 << 20;
 
-/// How many segments a log allocates up front: for a log bounded by `max_records`, every segment
-/// it cycles through once full, as far as its share of [`STOCK_MAX_BYTES`] (`budget`) allows;
-/// none for an unbounded log, which cannot know how far it will grow (nor for one bounded by
-/// bytes or age only). The cycle is what retention keeps (`max_records`, rounded up to whole
-/// segments), the one being written, the one installed ahead, and three trimmed ones the epoch
-/// has not handed back yet. A trimmed
+/// How many segments a log allocates up front: for a log with a capacity (`max_records` under
+/// `Block` or `Reject`, `capacity` here), every segment it cycles through once full, as far as
+/// its share of [`STOCK_MAX_BYTES`] (`budget`) allows. None for a log whose `max_records` is a
+/// retention limit (`DropOldest`): like Kafka's, such a limit is a ceiling many topics never
+/// reach, and allocating it up front would make every quiet topic cost its whole retention. None
+/// either for an unbounded log, which cannot know how far it will grow, or one bounded by bytes
+/// or age. The cycle is what retention keeps (the capacity, rounded up to whole segments), the
+/// one being written, the one installed ahead, and three trimmed ones the epoch has not handed
+/// back yet. A trimmed
 /// segment usually returns to the pool at the next switch or the one after (crossbeam-epoch
 /// frees garbage two epochs on, and advances only while no thread is pinned in an older one);
 /// now and then it takes a third: the single-producer run of `tests/alloc.rs` allocated a
 /// segment in each of 40 runs with two in reserve, and in none of 40 with three.
-fn ring_segments(max_records: Option<u64>, size: usize, footprint: usize, budget: usize) -> usize {
-    let Some(n) = max_records else {
+fn ring_segments(capacity: Option<u64>, size: usize, footprint: usize, budget: usize) -> usize {
+    let Some(n) = capacity else {
         return 0;
     };
     let kept = usize::try_from(n.div_ceil(size as u64)).unwrap_or(usize::MAX);
@@ -329,7 +333,7 @@ impl<T: Send + Sync + 'static> Log<T> {
             .max_records
             .filter(|_| config.overflow != Overflow::DropOldest);
         let ring = ring_segments(
-            config.max_records,
+            room_cap,
             size,
             Segment::<T>::footprint(size, !single),
             STOCK_MAX_BYTES / config.partitions.max(1) as usize,
