@@ -26,12 +26,29 @@ static COUNTING: AtomicBool = AtomicBool::new(false);
 const LARGE: usize = 16 << 10;
 
 impl Counting {
-    fn count(layout: Layout) {
+    /// Counts an allocation, then makes it: a large one from fresh pages (which read zero), any
+    /// other from the system allocator.
+    ///
+    /// # Safety
+    /// `GlobalAlloc::alloc`'s contract.
+    unsafe fn make(layout: Layout, zeroed: bool) -> *mut u8 {
         if COUNTING.load(Ordering::Relaxed) {
             ALLOCS.fetch_add(1, Ordering::Relaxed);
             BYTES.fetch_add(layout.size(), Ordering::Relaxed);
             if layout.size() >= LARGE {
                 LARGE_ALLOCS.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        #[cfg(target_os = "linux")]
+        if layout.size() >= LARGE {
+            return fresh_pages(layout);
+        }
+        // SAFETY: the caller's contract is `alloc`'s, which `alloc_zeroed` shares.
+        unsafe {
+            if zeroed {
+                System.alloc_zeroed(layout)
+            } else {
+                System.alloc(layout)
             }
         }
     }
@@ -66,23 +83,12 @@ fn fresh_pages(layout: Layout) -> *mut u8 {
 // size); only counts besides.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        Self::count(layout);
-        #[cfg(target_os = "linux")]
-        if layout.size() >= LARGE {
-            return fresh_pages(layout);
-        }
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(layout) }
+        // SAFETY: same contract.
+        unsafe { Self::make(layout, false) }
     }
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        Self::count(layout);
-        #[cfg(target_os = "linux")]
-        if layout.size() >= LARGE {
-            // A fresh mapping reads zero; writing zeros would touch its pages.
-            return fresh_pages(layout);
-        }
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc_zeroed(layout) }
+        // SAFETY: same contract.
+        unsafe { Self::make(layout, true) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         #[cfg(target_os = "linux")]
