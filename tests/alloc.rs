@@ -230,6 +230,12 @@ fn what_a_topic_allocates_when_created_is_its_cycle_within_a_budget() {
             "{overflow:?}: {ring} bytes for a topic with a capacity of 8192 records"
         );
     }
+    // Without timestamps the time words wait for a keyed record: 8 bytes a slot up front.
+    let ring = bytes_to_create(config.clone().timestamps(false).overflow(Overflow::Block));
+    assert!(
+        (7 * 4096 * 8..7 * 4096 * 8 + segment).contains(&ring),
+        "{ring} bytes for a topic without timestamps with a capacity of 8192 records"
+    );
     // A retention limit and no limit at all: the first two segments only.
     for (what, config) in [
         (

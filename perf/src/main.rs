@@ -1563,6 +1563,16 @@ fn main() {
         // SAFETY: malloc_trim only releases free memory back to the kernel.
         unsafe { libc::malloc_trim(0) };
         let after_trim = rss_bytes().saturating_sub(before);
+        // Without timestamps (and without keys) a record costs its value alone.
+        let before = rss_bytes();
+        let t = filled(
+            TopicConfig::default().single_producer().timestamps(false),
+            n,
+        );
+        let grown_plain = rss_bytes().saturating_sub(before);
+        drop(t);
+        // SAFETY: as above.
+        unsafe { libc::malloc_trim(0) };
         // The default topic takes many producers: each slot has a stamp byte too.
         let before = rss_bytes();
         let t = filled(TopicConfig::default(), n);
@@ -1571,12 +1581,13 @@ fn main() {
         // SAFETY: as above.
         unsafe { libc::malloc_trim(0) };
         r.line(&format!(
-            "\n## memory (u64 records)\n\n| measure | value |\n|---|---:|\n| RSS growth, {n} records through a topic keeping 65,536 | {:.1} MiB |\n| bytes per retained record, {n} records, unbounded single-producer topic | {:.2} (target ≤ size_of::<u64>() + 8 = 16) |\n| RSS above baseline after dropping that topic | {:.1} MiB |\n| the same after `malloc_trim(0)` (glibc keeps freed heap pages until asked) | {:.1} MiB |\n| bytes per retained record, {n} records, unbounded topic taking many producers (the default) | {:.2} |",
+            "\n## memory (u64 records)\n\n| measure | value |\n|---|---:|\n| RSS growth, {n} records through a topic keeping 65,536 | {:.1} MiB |\n| bytes per retained record, {n} records, unbounded single-producer topic | {:.2} (target ≤ size_of::<u64>() + 8 = 16) |\n| RSS above baseline after dropping that topic | {:.1} MiB |\n| the same after `malloc_trim(0)` (glibc keeps freed heap pages until asked) | {:.1} MiB |\n| bytes per retained record, {n} records, unbounded topic taking many producers (the default) | {:.2} |\n| bytes per retained record, {n} records, unbounded single-producer topic without timestamps | {:.2} |",
             bounded as f64 / 1048576.0,
             grown as f64 / n as f64,
             after_drop as f64 / 1048576.0,
             after_trim as f64 / 1048576.0,
-            grown_multi as f64 / n as f64
+            grown_multi as f64 / n as f64,
+            grown_plain as f64 / n as f64
         ));
     }
     if quick || o.what != "all" || o.only.is_some() {

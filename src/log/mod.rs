@@ -335,7 +335,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         let ring = ring_segments(
             room_cap,
             size,
-            Segment::<T>::footprint(size, !single),
+            Segment::<T>::footprint(size, !single, config.timestamps),
             STOCK_MAX_BYTES / config.partitions.max(1) as usize,
         );
         let log = Log {

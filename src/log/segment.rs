@@ -5,8 +5,9 @@
 //! - the value (`MaybeUninit<T>`), written once by the producer that reserved the offset;
 //! - the metadata ([`Meta`]: timestamp and key hash), read only when a caller asks for it. The
 //!   time word is packed into 6 bytes (see [`Segment::write`]), so a timestamped record of `T`
-//!   costs `size_of::<T>() + 6` bytes; the key array, and the wide-time array for timestamps that
-//!   do not fit the packing, are allocated only when a segment first needs them;
+//!   costs `size_of::<T>() + 6` bytes; the key array, the wide-time array for timestamps that do
+//!   not fit the packing and, on a topic without timestamps, the time words themselves (only a
+//!   keyed record writes one there) are allocated only when a segment first needs them;
 //! - on multi-producer logs only, the stamp: one byte, 1 once the slot is published in the
 //!   segment's current life (its current `base`), 0 before. A segment's stamps are all 0 when it is
 //!   installed (fresh, or zeroed when taken from the pool), and each slot is reserved exactly once
@@ -38,6 +39,13 @@
 //!   allocation. A reader only follows one for a slot whose packed time word (`HAS_KEY`, or the
 //!   `WIDE` mark) it saw after the slot's publication (Acquire), which the writer stored after
 //!   installing or loading the array and writing the slot's word in it.
+//! - `times` (the time words): on a timestamped log set when the segment is allocated, before it
+//!   is ever installed; on a log without timestamps installed like `keys`, by the first keyed
+//!   record's writer before it writes that slot's word and publishes the slot. A reader loads it
+//!   with Acquire after observing a slot's publication with Acquire, so for a slot whose word was
+//!   written it sees the array; null means no record of this life or any earlier one wrote a
+//!   word, so every word reads 0. A non-null array seen for a slot that wrote none holds 0 there
+//!   (allocated zeroed, cleared when the segment is taken from the pool).
 
 use std::mem::MaybeUninit;
 use std::ptr::NonNull;
@@ -92,6 +100,14 @@ fn fetch_line_ahead<E, const BYTES: usize>(array: &[E], i: usize) {
 
 /// One slot of a lazily allocated array (keys, or timestamps too far from the segment's base).
 type WordCell = UnsafeCell<MaybeUninit<u64>>;
+
+/// One slot's packed time word (see [`Packed`]), little-endian.
+type TimeCell = UnsafeCell<[u8; 6]>;
+
+/// A zero time word.
+fn zero_word() -> TimeCell {
+    UnsafeCell::new([0; 6])
+}
 
 /// Per-slot metadata, written by the producer before it publishes the slot.
 ///
@@ -150,10 +166,14 @@ pub(crate) struct Segment<T> {
     /// Sum of the sizes of the records in this segment (byte retention only).
     bytes: AtomicU64,
     values: Box<[UnsafeCell<MaybeUninit<T>>]>,
-    /// The packed time word of each slot (see [`Packed`]), little-endian. Zero until written;
-    /// only non-zero words are written, so on a topic without timestamps only keyed records write
-    /// here.
-    times: Box<[UnsafeCell<[u8; 6]>]>,
+    /// The packed time word of each slot (`len` of them), zero until written; only non-zero words
+    /// are written. On a timestamped log allocated with the segment, since every record writes
+    /// its word. On a log without timestamps only a keyed record writes one, so, like `keys`, the
+    /// array is allocated by the first keyed publish into the segment and null until then: such a
+    /// topic that publishes no keys costs `size_of::<T>()` bytes a record (a stamp byte more with
+    /// many producers) instead of 6 more. Once allocated it stays with the segment, through the
+    /// pool, until the segment is freed.
+    times: AtomicPtr<TimeCell>,
     /// What packed timestamps are relative to: the wall clock when the segment was installed
     /// (timestamped logs only), less `Packed::BIAS`. Written while the segment is owned by one
     /// thread, like `base`.
@@ -184,7 +204,13 @@ unsafe impl<T: Send + Sync> Send for Segment<T> {}
 unsafe impl<T: Send + Sync> Sync for Segment<T> {}
 
 impl<T> Segment<T> {
-    fn allocate(size: usize, stamped: bool) -> Box<Self> {
+    fn allocate(size: usize, stamped: bool, timestamps: bool) -> Box<Self> {
+        let times = if timestamps {
+            let cells: Box<[TimeCell]> = (0..size).map(|_| zero_word()).collect();
+            Box::into_raw(cells) as *mut TimeCell
+        } else {
+            std::ptr::null_mut()
+        };
         Box::new(Segment {
             base: 0,
             refs: AtomicUsize::new(0),
@@ -193,7 +219,7 @@ impl<T> Segment<T> {
             values: (0..size)
                 .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
                 .collect(),
-            times: (0..size).map(|_| UnsafeCell::new([0; 6])).collect(),
+            times: AtomicPtr::new(times),
             tzero: 0,
             keys: AtomicPtr::new(std::ptr::null_mut()),
             wide: AtomicPtr::new(std::ptr::null_mut()),
@@ -207,9 +233,10 @@ impl<T> Segment<T> {
     }
 
     /// The bytes a segment of `size` slots allocates up front (its key and wide-time arrays
-    /// come later, if ever).
-    pub(crate) fn footprint(size: usize, stamped: bool) -> usize {
-        let per_slot = std::mem::size_of::<T>() + 6 + usize::from(stamped);
+    /// come later, if ever, and so do its time words on a log without timestamps).
+    pub(crate) fn footprint(size: usize, stamped: bool, timestamps: bool) -> usize {
+        let per_slot =
+            std::mem::size_of::<T>() + 6 * usize::from(timestamps) + usize::from(stamped);
         size.saturating_mul(per_slot)
     }
 
@@ -359,8 +386,14 @@ impl<T> Segment<T> {
             // SAFETY: the caller's contract, passed on.
             unsafe { self.write_rare(i, meta) }
         };
-        // SAFETY: `i < len` (the caller's contract), and every array has `len` slots.
-        let time_cell = unsafe { self.times.get_unchecked(i) };
+        // Acquire: see the module's Orderings (`times`). Null only on a log without timestamps
+        // whose segment no keyed record has written into yet.
+        let mut cells = self.times.load(Ordering::Acquire);
+        if cells.is_null() {
+            cells = array_or_allocate(&self.times, self.len(), zero_word).cast_mut();
+        }
+        // SAFETY: `i < len` (the caller's contract), and the array has `len` cells.
+        let time_cell = unsafe { &*cells.add(i) };
         time_cell.with_mut(|p| {
             let p = p.cast::<u8>();
             // Two stores (4 and 2 bytes); written as a byte array, the compiler emits six.
@@ -404,7 +437,7 @@ impl<T> Segment<T> {
     /// [`Segment::write`]).
     #[inline]
     unsafe fn put_word(array: &AtomicPtr<WordCell>, len: usize, i: usize, word: u64) {
-        let cells = array_or_allocate(array, len);
+        let cells = array_or_allocate(array, len, || UnsafeCell::new(MaybeUninit::uninit()));
         // SAFETY: the array has `len` cells and `i < len`; exclusive access (the caller's contract).
         unsafe { &*cells.add(i) }.with_mut(|p| {
             // SAFETY: as above.
@@ -465,10 +498,16 @@ impl<T> Segment<T> {
     /// Same as [`Segment::value`].
     #[inline]
     pub(crate) unsafe fn meta(&self, i: usize) -> Meta {
-        // SAFETY: written before publication, never written again while published.
-        let word = self.times[i].with(|p| {
+        // Acquire: see the module's Orderings (`times`).
+        let cells = self.times.load(Ordering::Acquire);
+        if cells.is_null() {
+            return Meta::default(); // no word was ever written: no timestamp, no key
+        }
+        // SAFETY: the array has `len` cells and a published slot's index is below `len`.
+        let word = unsafe { &*cells.add(i) }.with(|p| {
             let p = p.cast::<u8>();
-            // SAFETY: as above; the cell is 6 bytes from `p`, read unaligned (see `write`).
+            // SAFETY: written (or zeroed) before publication, never written again while published;
+            // the cell is 6 bytes from `p`, read unaligned (see `write`).
             let (low, high) = unsafe {
                 (
                     u32::from_le(p.cast::<u32>().read_unaligned()),
@@ -583,34 +622,42 @@ impl<T> Drop for Segment<T> {
         // Values are dropped in `release`; a segment dropped any other way (straight from the pool)
         // holds no values: pooled segments were emptied, and `filled`/stamps say so.
         self.drop_values();
-        for array in [&self.keys, &self.wide] {
-            // Relaxed: `&mut self`, nobody else can reach the segment.
-            let cells = array.load(Ordering::Relaxed);
-            if !cells.is_null() {
-                // SAFETY: allocated in `array_or_allocate` as a boxed slice of `len` cells, and
-                // this is its only release.
-                drop(unsafe {
-                    Box::from_raw(std::ptr::slice_from_raw_parts_mut(cells, self.len()))
-                });
-            }
+        let len = self.len();
+        // Relaxed: `&mut self`, nobody else can reach the segment.
+        // SAFETY: each is null or a boxed slice of `len` cells (allocated in `array_or_allocate`,
+        // or `times` in `allocate`), and this is its only release.
+        unsafe {
+            free_array(self.keys.load(Ordering::Relaxed), len);
+            free_array(self.wide.load(Ordering::Relaxed), len);
+            free_array(self.times.load(Ordering::Relaxed), len);
         }
     }
 }
 
-/// The lazily allocated array behind `array` (`len` cells), allocating it on first use. Two
-/// producers racing here both allocate; one array wins and the other is freed at once.
+/// Frees an array of `len` cells made by `Box::into_raw` of a boxed slice; nothing if null.
+///
+/// # Safety
+/// `cells` is null or such an array of exactly `len` cells, which nobody uses afterwards.
+unsafe fn free_array<E>(cells: *mut E, len: usize) {
+    if !cells.is_null() {
+        // SAFETY: the caller's contract.
+        drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(cells, len)) });
+    }
+}
+
+/// The lazily allocated array behind `array` (`len` cells, each made by `cell`), allocating it
+/// on first use. Two producers racing here both allocate; one array wins and the other is freed
+/// at once.
 #[cold]
-fn array_or_allocate(array: &AtomicPtr<WordCell>, len: usize) -> *const WordCell {
+fn array_or_allocate<E>(array: &AtomicPtr<E>, len: usize, cell: impl Fn() -> E) -> *const E {
     // Acquire: pairs with the AcqRel exchange below, so another producer's array is seen
     // fully allocated.
     let current = array.load(Ordering::Acquire);
     if !current.is_null() {
         return current;
     }
-    let fresh: Box<[WordCell]> = (0..len)
-        .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
-        .collect();
-    let fresh = Box::into_raw(fresh) as *mut WordCell;
+    let fresh: Box<[E]> = (0..len).map(|_| cell()).collect();
+    let fresh = Box::into_raw(fresh) as *mut E;
     // AcqRel on success: publishes the allocation to later loads (Acquire); Acquire on failure:
     // we use the winner's array, which must be seen allocated.
     match array.compare_exchange(
@@ -623,7 +670,7 @@ fn array_or_allocate(array: &AtomicPtr<WordCell>, len: usize) -> *const WordCell
         Err(winner) => {
             // SAFETY: `fresh` came from `Box::into_raw` of a slice of `len` cells just above
             // and was never shared.
-            drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(fresh, len)) });
+            unsafe { free_array(fresh, len) };
             winner
         }
     }
@@ -710,15 +757,18 @@ impl<T> Pool<T> {
     pub(crate) fn stock(&self, count: usize) {
         let mut fresh = Vec::with_capacity(count.min(self.keep));
         for _ in 0..count.min(self.keep) {
-            let mut seg = Segment::allocate(self.size, self.stamped);
-            // SAFETY: any byte of a `MaybeUninit`, of a stamp or of a 6-byte time word may be 0.
-            // The time words only where the log writes them: on a log without timestamps only a
-            // keyed record does, and the untouched pages then cost no memory at all.
+            let mut seg = Segment::allocate(self.size, self.stamped, self.timestamps);
+            // Relaxed: the segment is ours alone. Null on a log without timestamps, whose time
+            // words only a keyed record writes, allocating them then.
+            let times = seg.times.load(Ordering::Relaxed);
+            // SAFETY: any byte of a `MaybeUninit`, of a stamp or of a 6-byte time word may be 0;
+            // `times`, when not null, is the segment's array of `size` cells, which we alone can
+            // reach (the segment is not shared yet).
             unsafe {
                 touch_pages(&mut seg.values);
                 touch_pages(&mut seg.stamps);
-                if self.timestamps {
-                    touch_pages(&mut seg.times);
+                if !times.is_null() {
+                    touch_pages(std::slice::from_raw_parts_mut(times, self.size));
                 }
             }
             fresh.push(seg);
@@ -737,15 +787,20 @@ impl<T> Pool<T> {
                 // theirs.
                 clear_flags(&mut seg.stamps);
                 // Relaxed: the segment is ours alone (it came out of the pool).
-                if !this.timestamps && !seg.keys.load(Ordering::Relaxed).is_null() {
-                    for cell in seg.times.iter() {
-                        // SAFETY: exclusive access to a pooled segment.
+                let times = seg.times.load(Ordering::Relaxed);
+                // On a log without timestamps the words an earlier life's keyed records wrote
+                // must read 0 again (see `Segment::write`); on a timestamped log this life
+                // rewrites every word.
+                if !this.timestamps && !times.is_null() {
+                    // SAFETY: the segment's array of `size` cells, ours alone (pooled segment).
+                    for cell in unsafe { std::slice::from_raw_parts(times, this.size) } {
+                        // SAFETY: as above.
                         cell.with_mut(|p| unsafe { *p = [0; 6] });
                     }
                 }
                 seg
             }
-            None => Segment::allocate(this.size, this.stamped),
+            None => Segment::allocate(this.size, this.stamped, this.timestamps),
         };
         seg.base = base;
         // On a timestamped log every slot's word is rewritten relative to this (never 0).
@@ -883,6 +938,41 @@ mod tests {
         // A base near zero (the wrapping arithmetic).
         let read = round_trip(&pool, Some(5), &metas);
         assert!(same(&read, &metas), "{read:?} != {metas:?}");
+    }
+
+    #[test]
+    fn time_words_wait_for_a_keyed_record_on_topics_without_timestamps() {
+        let words = |seg: &Segment<u64>| !seg.times.load(Ordering::Relaxed).is_null();
+        let pool = Pool::<u64>::new(8, false, false, 1);
+        let ptr = Pool::take(&pool, 0);
+        // SAFETY: freshly taken, so ours alone until released below.
+        let seg = unsafe { &*ptr };
+        let write = |i: usize, meta: Meta| {
+            // SAFETY: `i` is inside the segment, and each slot is written once, before any read.
+            unsafe { seg.write(i, i as u64, meta) }
+        };
+        let key = |i: usize| {
+            // SAFETY: slot `i` was written on this thread before.
+            unsafe { seg.meta(i) }.key()
+        };
+        assert!(!words(seg), "allocated before any record");
+        write(0, Meta::new(0, None));
+        assert!(!words(seg), "allocated by an unkeyed record");
+        assert_eq!(key(0), None);
+        write(1, Meta::new(0, Some(9)));
+        assert!(words(seg), "not allocated by a keyed record");
+        write(2, Meta::new(0, None));
+        assert_eq!([key(0), key(1), key(2)], [None, Some(9), None]);
+        seg.set_filled(3);
+        // SAFETY: we own the one reference `take` handed out.
+        unsafe { Segment::release(ptr) };
+        // A timestamped topic's segments have theirs from the start.
+        let pool = Pool::<u64>::new(8, false, true, 1);
+        let ptr = Pool::take(&pool, 0);
+        // SAFETY: as above.
+        assert!(words(unsafe { &*ptr }));
+        // SAFETY: as above.
+        unsafe { Segment::release(ptr) };
     }
 
     #[test]
