@@ -194,10 +194,11 @@ fn racing_segment_install() {
     });
 }
 
-/// The key array of a segment is allocated by its first keyed publish: two producers race to
-/// allocate it while a reader reads whatever is published. Every record a reader sees carries its
-/// key (the reader follows the array pointer only after the slot's stamp), and the losing
-/// allocation is freed (loom checks every access to the cells).
+/// The key array of a segment is allocated by its first keyed publish (on a topic without
+/// timestamps, so are its time words): two producers race to allocate them while a reader reads
+/// whatever is published. Every record a reader sees carries its key (the reader follows the
+/// arrays' pointers only after the slot's stamp), and the losing allocations are freed (loom
+/// checks every access to the cells).
 #[test]
 fn racing_key_array_allocation() {
     model(|| {
@@ -222,6 +223,43 @@ fn racing_key_array_allocation() {
                 r.key().is_some(),
                 "a keyed record read back without its key"
             );
+            seen.push(*r);
+        }
+        seen.sort();
+        assert_eq!(seen, vec![10, 20]);
+    });
+}
+
+/// On a topic without timestamps a segment's time words are allocated by its first keyed
+/// publish. An unkeyed record published beside it reads back without a key whether the reader
+/// finds the words missing (all zero) or allocated (its word zero), and the keyed one with its key.
+#[test]
+fn unkeyed_record_beside_time_words_allocation() {
+    model(|| {
+        let topic = Topic::<u64>::new("m", config().timestamps(false)).unwrap();
+        let mut reader = topic.reader(0, Start::Earliest).unwrap();
+        let t = topic.clone();
+        let other = thread::spawn(move || {
+            t.producer().unwrap().publish(10).unwrap();
+        });
+        topic.producer().unwrap().publish_keyed(&2u64, 20).unwrap();
+        let check = |r: &logbus::Record<u64>| {
+            assert_eq!(
+                r.key().is_some(),
+                **r == 20,
+                "record {} read back with key {:?}",
+                **r,
+                r.key()
+            );
+        };
+        let mut seen = Vec::new();
+        if let Ok(r) = reader.try_next() {
+            check(&r);
+            seen.push(*r);
+        }
+        other.join().unwrap();
+        while let Ok(r) = reader.try_next() {
+            check(&r);
             seen.push(*r);
         }
         seen.sort();
