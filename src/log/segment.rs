@@ -748,12 +748,12 @@ impl<T> Pool<T> {
     }
 
     /// Allocates `count` segments now (at most `keep`), with every page the log will write
-    /// mapped, and keeps them as spares: a bounded log stocks the segments it will cycle through
-    /// when it is created, as a ring buffer allocates its slots up front, so that none of its
-    /// segment switches allocates and none of its writes faults a fresh page in. Measured on the
-    /// 2-vCPU VM, 2 µs-paced publisher of a ring-like topic: a switch that allocated took
-    /// 11–77 µs (against about 1 µs from the pool), and the first write into each 4 KiB of a
-    /// fresh segment's values took ~5 µs.
+    /// mapped, and keeps them as spares: a log with a capacity (`max_records` under `Block` or
+    /// `Reject`) stocks the segments it will cycle through when it is created, as a ring buffer
+    /// allocates its slots up front, so that none of its segment switches allocates and none of
+    /// its writes faults a fresh page in. Measured on the 2-vCPU VM, 2 µs-paced publisher of a
+    /// ring-like topic: a switch that allocated took 11–77 µs (against about 1 µs from the
+    /// pool), and the first write into each 4 KiB of a fresh segment's values took ~5 µs.
     pub(crate) fn stock(&self, count: usize) {
         let mut fresh = Vec::with_capacity(count.min(self.keep));
         for _ in 0..count.min(self.keep) {
