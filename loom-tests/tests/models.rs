@@ -17,7 +17,8 @@ use std::sync::atomic::{
 };
 
 use logbus::{
-    Overflow, Producers, PublishError, ReadError, Reader, Start, Topic, TopicConfig, WaitStrategy,
+    Overflow, Producer, Producers, PublishError, ReadError, Reader, Record, Start, Topic,
+    TopicConfig, WaitStrategy,
 };
 use loom::{sync::Arc, thread};
 
@@ -194,6 +195,33 @@ fn racing_segment_install() {
     });
 }
 
+/// Two producers of a topic without timestamps, one on another thread, each publish one record
+/// (`first` and `second`) while a reader reads whatever is published; `check` sees every record the
+/// reader gets, as it comes and after both are published. The values read, sorted.
+fn two_publishes_read_back(
+    first: impl FnOnce(&mut Producer<u64>) + Send + 'static,
+    second: impl FnOnce(&mut Producer<u64>),
+    check: impl Fn(&Record<'_, u64>),
+) -> Vec<u64> {
+    let topic = Topic::<u64>::new("m", config().timestamps(false)).unwrap();
+    let mut reader = topic.reader(0, Start::Earliest).unwrap();
+    let t = topic.clone();
+    let other = thread::spawn(move || first(&mut t.producer().unwrap()));
+    second(&mut topic.producer().unwrap());
+    let mut seen = Vec::new();
+    if let Ok(r) = reader.try_next() {
+        check(&r);
+        seen.push(*r);
+    }
+    other.join().unwrap();
+    while let Ok(r) = reader.try_next() {
+        check(&r);
+        seen.push(*r);
+    }
+    seen.sort();
+    seen
+}
+
 /// The key array of a segment is allocated by its first keyed publish (on a topic without
 /// timestamps, so are its time words): two producers race to allocate them while a reader reads
 /// whatever is published. Every record a reader sees carries its key (the reader follows the
@@ -202,30 +230,20 @@ fn racing_segment_install() {
 #[test]
 fn racing_key_array_allocation() {
     model(|| {
-        let topic = Topic::<u64>::new("m", config().timestamps(false)).unwrap();
-        let mut reader = topic.reader(0, Start::Earliest).unwrap();
-        let t = topic.clone();
-        let other = thread::spawn(move || {
-            t.producer().unwrap().publish_keyed(&1u64, 10).unwrap();
-        });
-        topic.producer().unwrap().publish_keyed(&2u64, 20).unwrap();
-        let mut seen = Vec::new();
-        if let Ok(r) = reader.try_next() {
-            assert!(
-                r.key().is_some(),
-                "a keyed record read back without its key"
-            );
-            seen.push(*r);
-        }
-        other.join().unwrap();
-        while let Ok(r) = reader.try_next() {
-            assert!(
-                r.key().is_some(),
-                "a keyed record read back without its key"
-            );
-            seen.push(*r);
-        }
-        seen.sort();
+        let seen = two_publishes_read_back(
+            |p| {
+                p.publish_keyed(&1u64, 10).unwrap();
+            },
+            |p| {
+                p.publish_keyed(&2u64, 20).unwrap();
+            },
+            |r| {
+                assert!(
+                    r.key().is_some(),
+                    "a keyed record read back without its key"
+                )
+            },
+        );
         assert_eq!(seen, vec![10, 20]);
     });
 }
@@ -236,33 +254,23 @@ fn racing_key_array_allocation() {
 #[test]
 fn unkeyed_record_beside_time_words_allocation() {
     model(|| {
-        let topic = Topic::<u64>::new("m", config().timestamps(false)).unwrap();
-        let mut reader = topic.reader(0, Start::Earliest).unwrap();
-        let t = topic.clone();
-        let other = thread::spawn(move || {
-            t.producer().unwrap().publish(10).unwrap();
-        });
-        topic.producer().unwrap().publish_keyed(&2u64, 20).unwrap();
-        let check = |r: &logbus::Record<u64>| {
-            assert_eq!(
-                r.key().is_some(),
-                **r == 20,
-                "record {} read back with key {:?}",
-                **r,
-                r.key()
-            );
-        };
-        let mut seen = Vec::new();
-        if let Ok(r) = reader.try_next() {
-            check(&r);
-            seen.push(*r);
-        }
-        other.join().unwrap();
-        while let Ok(r) = reader.try_next() {
-            check(&r);
-            seen.push(*r);
-        }
-        seen.sort();
+        let seen = two_publishes_read_back(
+            |p| {
+                p.publish(10).unwrap();
+            },
+            |p| {
+                p.publish_keyed(&2u64, 20).unwrap();
+            },
+            |r| {
+                assert_eq!(
+                    r.key().is_some(),
+                    **r == 20,
+                    "record {} read back with key {:?}",
+                    **r,
+                    r.key()
+                )
+            },
+        );
         assert_eq!(seen, vec![10, 20]);
     });
 }
