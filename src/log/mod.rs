@@ -112,18 +112,17 @@ const POOL_KEEP: usize = 4;
 const STOCK_MAX_BYTES: usize = 32 << 20;
 
 /// How many segments a log allocates up front: for a log with a capacity (`max_records` under
-/// `Block` or `Reject`, `capacity` here), every segment it cycles through once full, as far as
-/// its share of [`STOCK_MAX_BYTES`] (`budget`) allows. None for a log whose `max_records` is a
-/// retention limit (`DropOldest`): like Kafka's, such a limit is a ceiling many topics never
-/// reach, and allocating it up front would make every quiet topic cost its whole retention. None
-/// either for an unbounded log, which cannot know how far it will grow, or one bounded by bytes
-/// or age. The cycle is what retention keeps (the capacity, rounded up to whole segments), the
-/// one being written, the one installed ahead, and three trimmed ones the epoch has not handed
-/// back yet. A trimmed
-/// segment usually returns to the pool at the next switch or the one after (crossbeam-epoch
-/// frees garbage two epochs on, and advances only while no thread is pinned in an older one);
-/// now and then it takes a third: the single-producer run of `tests/alloc.rs` allocated a
-/// segment in each of 40 runs with two in reserve, and in none of 40 with three.
+/// `Block` or `Reject`, `capacity` here), every segment it cycles through once full, as far as its
+/// share of [`STOCK_MAX_BYTES`] (`budget`) allows. None for a log whose `max_records` is a
+/// retention limit (`DropOldest`): like Kafka's, such a limit is a ceiling many topics never reach,
+/// and allocating it up front would make every quiet topic cost its whole retention. None either
+/// for an unbounded log, which cannot know how far it will grow, or one bounded by bytes or age.
+/// The cycle is what retention keeps (the capacity, rounded up to whole segments), the one being
+/// written, the one installed ahead, and three trimmed ones the epoch has not handed back yet. A
+/// trimmed segment usually returns to the pool at the next switch or the one after (crossbeam-epoch
+/// frees garbage two epochs on, and advances only while no thread is pinned in an older one); now
+/// and then it takes a third: the single-producer run of `tests/alloc.rs` allocated a segment in
+/// each of 40 runs with two in reserve, and in none of 40 with three.
 fn ring_segments(capacity: Option<u64>, size: usize, footprint: usize, budget: usize) -> usize {
     let Some(n) = capacity else {
         return 0;
