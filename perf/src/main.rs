@@ -1563,31 +1563,29 @@ fn main() {
         // SAFETY: malloc_trim only releases free memory back to the kernel.
         unsafe { libc::malloc_trim(0) };
         let after_trim = rss_bytes().saturating_sub(before);
+        // Bytes per retained record of an unbounded topic filled with `n` records; the topic is
+        // dropped and its freed pages handed back before the next one.
+        let bytes_per_record = |config: TopicConfig<u64>| {
+            let before = rss_bytes();
+            let t = filled(config, n);
+            let grown = rss_bytes().saturating_sub(before);
+            drop(t);
+            // SAFETY: as above.
+            unsafe { libc::malloc_trim(0) };
+            grown as f64 / n as f64
+        };
         // Without timestamps (and without keys) a record costs its value alone.
-        let before = rss_bytes();
-        let t = filled(
-            TopicConfig::default().single_producer().timestamps(false),
-            n,
-        );
-        let grown_plain = rss_bytes().saturating_sub(before);
-        drop(t);
-        // SAFETY: as above.
-        unsafe { libc::malloc_trim(0) };
+        let plain = bytes_per_record(TopicConfig::default().single_producer().timestamps(false));
         // The default topic takes many producers: each slot has a stamp byte too.
-        let before = rss_bytes();
-        let t = filled(TopicConfig::default(), n);
-        let grown_multi = rss_bytes().saturating_sub(before);
-        drop(t);
-        // SAFETY: as above.
-        unsafe { libc::malloc_trim(0) };
+        let multi = bytes_per_record(TopicConfig::default());
         r.line(&format!(
             "\n## memory (u64 records)\n\n| measure | value |\n|---|---:|\n| RSS growth, {n} records through a topic keeping 65,536 | {:.1} MiB |\n| bytes per retained record, {n} records, unbounded single-producer topic | {:.2} (target ≤ size_of::<u64>() + 8 = 16) |\n| RSS above baseline after dropping that topic | {:.1} MiB |\n| the same after `malloc_trim(0)` (glibc keeps freed heap pages until asked) | {:.1} MiB |\n| bytes per retained record, {n} records, unbounded topic taking many producers (the default) | {:.2} |\n| bytes per retained record, {n} records, unbounded single-producer topic without timestamps | {:.2} |",
             bounded as f64 / 1048576.0,
             grown as f64 / n as f64,
             after_drop as f64 / 1048576.0,
             after_trim as f64 / 1048576.0,
-            grown_multi as f64 / n as f64,
-            grown_plain as f64 / n as f64
+            multi,
+            plain
         ));
     }
     if quick || o.what != "all" || o.only.is_some() {
