@@ -55,6 +55,16 @@ fn publish(c: &mut Criterion) {
                 }
             })
         });
+        // The same batches from a slice the caller keeps: no staging copy.
+        g.bench_function(BenchmarkId::new("slice_256", name), |b| {
+            b.iter(|| {
+                for chunk in 0..N / 256 {
+                    buf.clear();
+                    buf.extend(chunk * 256..(chunk + 1) * 256);
+                    black_box(p.publish_slice(&buf).unwrap());
+                }
+            })
+        });
     }
     // The convenience path: one segment reference taken and dropped per publish.
     let t = topic(Producers::Multi);

@@ -629,6 +629,38 @@ impl<T: Send + Sync + 'static> Producer<T> {
         self.publish_batch_to(p, values)
     }
 
+    /// Publishes copies of `values` as one contiguous run in one partition (round-robin), like
+    /// [`Producer::publish_batch`], but straight from the slice: copying `Copy` values runs no
+    /// code of yours, so they need no staging buffer and go into the log in one copy per segment
+    /// they span (on a single-producer topic without byte retention; value by value otherwise).
+    /// Your slice is left as it was, whatever the outcome, so an error carries nothing back.
+    ///
+    /// ```
+    /// use logbus::{Start, Topic, TopicConfig};
+    ///
+    /// let topic = Topic::<u64>::new("ticks", TopicConfig::default().single_producer()).unwrap();
+    /// let mut reader = topic.reader(0, Start::Earliest).unwrap();
+    /// let mut producer = topic.producer().unwrap();
+    /// let prices = [101, 102, 103];
+    /// assert_eq!(producer.publish_slice(&prices).unwrap().offsets, 0..3);
+    /// let batch = reader.try_next_batch(10).unwrap();
+    /// assert_eq!(batch.values().copied().collect::<Vec<_>>(), prices);
+    /// ```
+    pub fn publish_slice(&mut self, values: &[T]) -> Result<PublishedBatch, PublishError<()>>
+    where
+        T: Copy,
+    {
+        let partition = self.pick();
+        self.sizes.clear();
+        // User code (the size function) runs here, before any reservation (I6).
+        if let Some(f) = &self.size_of {
+            self.sizes.extend(values.iter().map(|v| f(v) as u64));
+        }
+        let (log, w) = part(&mut self.first, &mut self.rest, partition);
+        let offsets = log.publish_copies(w, values, &self.sizes)?;
+        Ok(PublishedBatch { partition, offsets })
+    }
+
     /// Like [`Producer::publish_batch`], into `partition`, which the caller checked is in range.
     fn publish_batch_to<I: IntoIterator<Item = T>>(
         &mut self,

@@ -498,3 +498,88 @@ fn topics_without_timestamps() {
         Err(Error::InvalidConfig(_))
     ));
 }
+
+/// Every record a reader of partition `p` of `t` holds now, as (offset, value).
+fn drain(t: &Topic<u64>, p: u32) -> Vec<(u64, u64)> {
+    let mut r = t.reader(p, Start::Earliest).unwrap();
+    let mut seen = Vec::new();
+    while let Ok(batch) = r.try_next_batch(usize::MAX) {
+        seen.extend(batch.iter().map(|rec| (rec.offset(), *rec)));
+    }
+    seen
+}
+
+#[test]
+fn a_published_slice_lands_in_order_across_segments_and_the_slice_is_kept() {
+    let configs = [
+        TopicConfig::default().segment_size(8),
+        TopicConfig::default().segment_size(8).single_producer(),
+        TopicConfig::default()
+            .segment_size(8)
+            .single_producer()
+            .timestamps(false)
+            .max_records(64)
+            .overflow(logbus::Overflow::Block),
+        // Byte retention: the values go in one by one, each with its size.
+        TopicConfig::default()
+            .segment_size(8)
+            .single_producer()
+            .max_bytes(1 << 20, |_: &u64| 8),
+    ];
+    for config in configs {
+        let t = topic(config.clone());
+        let mut p = t.producer().unwrap();
+        let first: Vec<u64> = (100..105).collect();
+        let second: Vec<u64> = (200..220).collect();
+        assert_eq!(p.publish_slice(&first).unwrap().offsets, 0..5);
+        // Spans three segments of 8, starting inside one.
+        assert_eq!(p.publish_slice(&second).unwrap().offsets, 5..25);
+        assert_eq!(p.publish_slice(&[]).unwrap().offsets, 25..25);
+        assert_eq!(first, (100..105).collect::<Vec<_>>(), "{config:?}");
+        let want: Vec<(u64, u64)> = first
+            .iter()
+            .chain(&second)
+            .copied()
+            .enumerate()
+            .map(|(o, v)| (o as u64, v))
+            .collect();
+        assert_eq!(drain(&t, 0), want, "{config:?}");
+        // The next record follows the slices.
+        assert_eq!(p.publish(1).unwrap().offset, 25, "{config:?}");
+    }
+}
+
+#[test]
+fn slices_go_round_robin_over_partitions_like_batches() {
+    let t = topic(TopicConfig::default().partitions(2).segment_size(8));
+    let mut p = t.producer().unwrap();
+    assert_eq!(p.publish_slice(&[1, 2, 3]).unwrap().partition, 0);
+    assert_eq!(p.publish_slice(&[4, 5]).unwrap().partition, 1);
+    assert_eq!(drain(&t, 0), vec![(0, 1), (1, 2), (2, 3)]);
+    assert_eq!(drain(&t, 1), vec![(0, 4), (1, 5)]);
+}
+
+#[test]
+fn a_refused_slice_publishes_nothing() {
+    let t = topic(
+        TopicConfig::default()
+            .segment_size(4)
+            .single_producer()
+            .max_records(8)
+            .overflow(logbus::Overflow::Reject),
+    );
+    let _r = t.reader(0, Start::Earliest).unwrap();
+    let mut p = t.producer().unwrap();
+    let too_many: Vec<u64> = (0..64).collect();
+    assert!(matches!(
+        p.publish_slice(&too_many),
+        Err(logbus::PublishError::TooLarge(()))
+    ));
+    assert_eq!(p.publish_slice(&[7, 8]).unwrap().offsets, 0..2);
+    t.close();
+    assert!(matches!(
+        p.publish_slice(&[9]),
+        Err(logbus::PublishError::Closed(()))
+    ));
+    assert_eq!(drain(&t, 0), vec![(0, 7), (1, 8)]);
+}

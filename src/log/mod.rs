@@ -1466,7 +1466,48 @@ impl<T: Send + Sync + 'static> Log<T> {
         values: &mut Vec<T>,
         sizes: &[u64],
     ) -> Result<std::ops::Range<u64>, PublishError<()>> {
-        let n = values.len() as u64;
+        let (src, n) = (values.as_mut_ptr(), values.len());
+        // SAFETY: the first `n` elements of the Vec's buffer are initialized and stay in place
+        // while we run (the Vec is borrowed, and `set_len` moves nothing). Once admitted, the Vec
+        // forgets them before any is moved out (so that nothing can drop a value twice), and the
+        // run moves each out exactly once.
+        unsafe { self.publish_run(w, src, n, sizes, || values.set_len(0)) }
+    }
+
+    /// Publishes copies of `values` as one contiguous run: [`Log::publish_batch`] without the
+    /// caller's staging buffer. Copying `Copy` values runs no user code (I6), so they go from the
+    /// caller's slice straight into the log.
+    pub(crate) fn publish_copies(
+        &self,
+        w: &mut Writer<T>,
+        values: &[T],
+        sizes: &[u64],
+    ) -> Result<std::ops::Range<u64>, PublishError<()>>
+    where
+        T: Copy,
+    {
+        // SAFETY: the slice's values are initialized and borrowed for the call; a bitwise copy of
+        // a `Copy` value leaves the original valid, so the slice keeps them and needs no `taken`.
+        unsafe { self.publish_run(w, values.as_ptr(), values.len(), sizes, || ()) }
+    }
+
+    /// The run behind [`Log::publish_batch`] and [`Log::publish_copies`]: admits `n` records,
+    /// calls `taken`, moves the values at `src..src + n` into their slots (a bitwise read of each,
+    /// exactly once), and publishes them. On error it has read none and not called `taken`.
+    ///
+    /// # Safety
+    /// `src` points to `n` initialized values, readable for the whole call; the caller gives up
+    /// ownership of them when `taken` runs (after that it must neither drop nor use them, unless
+    /// they are `Copy`).
+    unsafe fn publish_run(
+        &self,
+        w: &mut Writer<T>,
+        src: *const T,
+        n: usize,
+        sizes: &[u64],
+        taken: impl FnOnce(),
+    ) -> Result<std::ops::Range<u64>, PublishError<()>> {
+        let n = n as u64;
         if n == 0 {
             let at = if self.single { w.next } else { self.end() };
             return Ok(at..at);
@@ -1487,18 +1528,15 @@ impl<T: Send + Sync + 'static> Log<T> {
                 .map_err(|r| r.with(()))?
         };
         let end = first + n;
+        // From here the values are ours to move (moving bytes runs no user code: I6).
+        taken();
         if self.single && self.fast {
-            // The common case in a tight loop: one writer, no sizes to count. The values are
-            // moved out of the Vec by copying its buffer, one copy per segment's run. Emptied
-            // first, so that nothing below can drop a value twice; moving bytes runs no user
-            // code (I6).
-            let src = values.as_mut_ptr();
-            // SAFETY: the first `n` elements are initialized; from here they are ours to move.
-            unsafe { values.set_len(0) };
+            // The common case in a tight loop: one writer, no sizes to count. One copy per
+            // segment's run.
             for (offset, run_end) in self.segment_runs(first, end) {
                 let (k, len) = ((offset - first) as usize, (run_end - offset) as usize);
-                // Values `k..k + len` of the buffer are initialized and neither moved nor
-                // dropped yet (runs do not overlap).
+                // Values `k..k + len` are initialized and neither moved nor dropped yet (runs do
+                // not overlap).
                 match w.segment(self, offset >> self.shift) {
                     // SAFETY: `offset..run_end` is inside the segment, reserved by the single
                     // writer and unpublished, and `seg`, its segment, is held by `w`; the values
@@ -1507,18 +1545,24 @@ impl<T: Send + Sync + 'static> Log<T> {
                         seg.write_values((offset & self.mask) as usize, src.add(k), len, meta)
                     },
                     // Trimmed already (see `write`): the values are dropped here, exactly once.
-                    // SAFETY: the values are as above, and dropped once.
+                    // SAFETY: the values are as above, and dropped once (a no-op for `Copy`).
                     None => unsafe {
-                        std::ptr::drop_in_place(std::ptr::slice_from_raw_parts_mut(src.add(k), len))
+                        std::ptr::drop_in_place(std::ptr::slice_from_raw_parts_mut(
+                            src.add(k) as *mut T,
+                            len,
+                        ))
                     },
                 }
             }
         } else {
-            // Draining a Vec runs no user code (I6); the values move into their slots one by
-            // one, one segment's run at a time (the segment is looked up once per run).
-            let mut drain = values.drain(..);
+            // The values move into their slots one by one, one segment's run at a time (the
+            // segment is looked up once per run).
             for (offset, run_end) in self.segment_runs(first, end) {
-                let run = (offset..run_end).zip(&mut drain);
+                let run = (offset..run_end).map(|o| {
+                    // SAFETY: value `o - first` is initialized and read exactly once (runs do not
+                    // overlap, and each offset is visited once): the caller's contract.
+                    (o, unsafe { src.add((o - first) as usize).read() })
+                });
                 match w.segment(self, offset >> self.shift) {
                     Some(seg) => {
                         for (o, value) in run {
