@@ -207,8 +207,9 @@ fn values_ptr<T>(cells: &[UnsafeCell<std::mem::MaybeUninit<T>>]) -> *mut T {
 /// Writes a zero byte into every page of `cells`' memory, so that the OS maps each page now and
 /// not at the first write to it. A page's first touch is a page fault; on the 2-vCPU VM one
 /// stalled a 2 µs-paced publisher for about 5 µs, once per 4 KiB of a fresh segment's values.
-/// Used on the segments a log with a capacity allocates when it is created. A no-op under loom (loom's
-/// cells and atomics are not laid out like their contents, and a model has no pages to map).
+/// Used on the segments a log with a capacity allocates when it is created. A no-op under loom
+/// (loom's cells and atomics are not laid out like their contents, and a model has no pages to
+/// map).
 ///
 /// # Safety
 /// A zero byte must be a valid content for any byte of an element, whatever the element's other

@@ -257,11 +257,8 @@ impl<T: Send + Sync + 'static> Topic<T> {
         values: I,
     ) -> Result<PublishedBatch, PublishError<Vec<T>>> {
         let mut values: Vec<T> = values.into_iter().collect();
-        // Sizes only matter with byte retention; without it the log reads a missing size as 0.
-        let sizes: Vec<u64> = match self.inner.partitions[0].size_fn() {
-            Some(f) => values.iter().map(|v| f(v) as u64).collect(),
-            None => Vec::new(),
-        };
+        let mut sizes = Vec::new();
+        measure(self.inner.partitions[0].size_fn(), &values, &mut sizes);
         let partition = self.next_partition();
         let log = &self.inner.partitions[partition as usize];
         let mut w = match log.claim_writer() {
@@ -495,6 +492,15 @@ impl<T: fmt::Debug> std::error::Error for PublishToError<T> {}
 /// One partition's log and a producer's place in it.
 type Part<T> = (Arc<Log<T>>, Writer<T>);
 
+/// Each value's size for byte retention, into `sizes` (emptied first; left empty without byte
+/// retention, where the log reads a missing size as 0).
+fn measure<T>(size_of: Option<&SizeFn<T>>, values: &[T], sizes: &mut Vec<u64>) {
+    sizes.clear();
+    if let Some(f) = size_of {
+        sizes.extend(values.iter().map(|v| f(v) as u64));
+    }
+}
+
 /// Partition `p`'s log and writer, out of a producer's `first` and `rest` (`p` is in range: the
 /// callers picked or checked it).
 #[inline(always)]
@@ -651,11 +657,8 @@ impl<T: Send + Sync + 'static> Producer<T> {
         T: Copy,
     {
         let partition = self.pick();
-        self.sizes.clear();
         // User code (the size function) runs here, before any reservation (I6).
-        if let Some(f) = &self.size_of {
-            self.sizes.extend(values.iter().map(|v| f(v) as u64));
-        }
+        measure(self.size_of.as_ref(), values, &mut self.sizes);
         let (log, w) = part(&mut self.first, &mut self.rest, partition);
         let offsets = log.publish_copies(w, values, &self.sizes)?;
         Ok(PublishedBatch { partition, offsets })
@@ -668,12 +671,9 @@ impl<T: Send + Sync + 'static> Producer<T> {
         values: I,
     ) -> Result<PublishedBatch, PublishError<Vec<T>>> {
         self.buffer.clear();
-        self.sizes.clear();
         // User code (the iterator, the size function) runs here, before any reservation (I6).
         self.buffer.extend(values);
-        if let Some(f) = &self.size_of {
-            self.sizes.extend(self.buffer.iter().map(|v| f(v) as u64));
-        }
+        measure(self.size_of.as_ref(), &self.buffer, &mut self.sizes);
         let (log, w) = part(&mut self.first, &mut self.rest, partition);
         match log.publish_batch(w, &mut self.buffer, &self.sizes) {
             Ok(offsets) => Ok(PublishedBatch { partition, offsets }),
