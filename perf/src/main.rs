@@ -189,7 +189,7 @@ fn probe_floor(pins: &Pins) -> Duration {
 /// (`sched_yield`), as a waiting reader of any library here does before it parks. The time per
 /// turn, and the turns taken (all of them: a probe that returns has alternated). Where two
 /// subscribers share a core (1→2 on two cores) the second to see a record waits about this long
-/// after the first, whatever the library: on the 2-vCPU AMD VM 1.5–1.9 µs, the 2 µs-paced 1→2
+/// after the first, whatever the library: on the 2-vCPU AMD VM 1.4–2.0 µs, the 2 µs-paced 1→2
 /// p50 of every contender that keeps up there.
 fn probe_handover(pins: &Pins) -> (Duration, u64) {
     let turn = AtomicU64::new(0);

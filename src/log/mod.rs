@@ -1545,7 +1545,9 @@ impl<T: Send + Sync + 'static> Log<T> {
                         seg.write_values((offset & self.mask) as usize, src.add(k), len, meta)
                     },
                     // Trimmed already (see `write`): the values are dropped here, exactly once.
-                    // SAFETY: the values are as above, and dropped once (a no-op for `Copy`).
+                    // SAFETY: the values are as above, and dropped once. On the slice path
+                    // (`publish_copies`) `src` comes from a shared borrow, but its values are
+                    // `Copy`, which have no drop glue: the call reads and writes nothing there.
                     None => unsafe {
                         std::ptr::drop_in_place(std::ptr::slice_from_raw_parts_mut(
                             src.add(k) as *mut T,
