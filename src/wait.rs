@@ -74,9 +74,11 @@ fn batch_pause(n: u64) -> Duration {
 /// the 2-core VMs). Polling between yields shrinks that share to the yield's part of each round
 /// (~10% on the Xeon VM of stop 28, whose spin hint takes 12 ns and a yield 0.2 µs), while readers
 /// that share a core still hand it over every round, as often as the polling phase before it lets
-/// them. Alternating binaries on that VM (medians of 3 runs a round): the 50 µs-paced 1→1 p50
-/// ×0.80 with 32 polls (9 rounds), then ×0.95 again and its p90 ×0.78 with 128 against 32 (4); the
-/// same pacing's 1→2 p50 ×0.97–1.01 (readers sharing a core).
+/// them. Alternating binaries on that VM (medians of 3 runs a round, 8 rounds, both ring-like
+/// topics), against yields alone: the 50 µs-paced 1→1 p50 ×0.78–0.82 and p90 ×0.71–0.88, 1→2
+/// (readers sharing a core) p50 ×0.95–1.02 and p90 ×0.71–0.75; saturated throughput and the
+/// 2 µs-paced latency, whose readers never get this far, alike. 128 polls against 32: 1→1 p50
+/// ×0.95 and p90 ×0.78 (4 rounds).
 fn polls_between_yields(wait: &WaitStrategy) -> u32 {
     wait.spin_polls / 4
 }
