@@ -1,6 +1,8 @@
 //! I5: a parked reader costs no CPU and is woken by the publish it waits for; a publish with no
 //! reader parked does no wake-up work (no system call). A publisher blocked by `Overflow::Block`
-//! parks too, however often its readers woke it before.
+//! parks too, however often its readers woke it before. A reader between polling and parking
+//! yields, polling between its yields unless its strategy does not poll: a record or a deadline
+//! ends that phase, and nothing wakes it.
 
 #![cfg(target_os = "linux")]
 
@@ -10,7 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use logbus::{Overflow, Start, Topic, TopicConfig};
+use logbus::{Overflow, ReadError, Start, Topic, TopicConfig, WaitStrategy};
 
 /// User + system CPU time of one thread, in clock ticks, from /proc.
 fn thread_cpu_ticks(tid: i32) -> u64 {
@@ -209,4 +211,71 @@ fn a_blocked_publisher_parks_after_many_short_parks_and_costs_no_cpu() {
         next += 1;
     }
     h.join().unwrap();
+}
+
+/// Strategies that keep a reader in its yielding phase for an hour: one that polls between its
+/// yields (a quarter of `spin_polls`), and one that only yields.
+fn yielding_for_an_hour() -> [(&'static str, WaitStrategy); 2] {
+    let hour = Duration::from_secs(3600);
+    [
+        (
+            "polling between yields",
+            WaitStrategy::default().spin_polls(64).yield_for(hour),
+        ),
+        (
+            "only yielding",
+            WaitStrategy::default().spin_polls(0).yield_for(hour),
+        ),
+    ]
+}
+
+#[test]
+fn a_yielding_reader_takes_a_record_without_a_wake_up() {
+    for (kind, wait) in yielding_for_an_hour() {
+        let topic = Topic::<u64>::new("yielding", TopicConfig::default().wait(wait)).unwrap();
+        let mut reader = topic.reader(0, Start::Earliest).unwrap();
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            tx.send(None).unwrap();
+            tx.send(Some(*reader.next().unwrap())).unwrap();
+        });
+        assert_eq!(rx.recv().unwrap(), None);
+        thread::sleep(Duration::from_millis(20)); // past its polls, into its yields
+        assert_eq!(
+            topic.stats().partitions[0].parked_readers,
+            0,
+            "{kind}: still yielding"
+        );
+        topic.publish(9).unwrap();
+        let got = rx
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("{kind}: the yielding reader never looked again"));
+        assert_eq!(got, Some(9), "{kind}");
+        assert_eq!(
+            topic.stats().partitions[0].wakeups,
+            0,
+            "{kind}: taken while yielding, with no wake-up"
+        );
+    }
+}
+
+#[test]
+fn a_deadline_ends_the_yielding_phase() {
+    for (kind, wait) in yielding_for_an_hour() {
+        let topic = Topic::<u64>::new("deadline", TopicConfig::default().wait(wait)).unwrap();
+        let mut reader = topic.reader(0, Start::Earliest).unwrap();
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            let got = reader
+                .next_timeout(Duration::from_millis(10))
+                .map(|r| *r.value());
+            tx.send(got).unwrap();
+        });
+        // Far longer than the deadline, far shorter than the hour the reader would otherwise yield.
+        let got = rx
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("{kind}: the deadline did not end the yielding"));
+        assert_eq!(got, Err(ReadError::Timeout), "{kind}");
+        assert_eq!(topic.stats().partitions[0].parked_readers, 0, "{kind}");
+    }
 }
