@@ -284,8 +284,7 @@ impl<T: Send + Sync + 'static> Consumer<T> {
     /// Moves every partition to its oldest retained record.
     pub fn seek_to_beginning(&mut self) {
         for r in &mut self.readers {
-            let start = r.log().start();
-            r.reposition(start);
+            r.seek_earliest();
         }
     }
 

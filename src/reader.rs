@@ -219,11 +219,29 @@ impl<T: Send + Sync + 'static> Reader<T> {
     }
 
     /// Moves the reader. Offsets outside the retained range are refused with
-    /// [`Error::OffsetOutOfRange`] and the reader stays where it was.
+    /// [`Error::OffsetOutOfRange`] and the reader stays where it was. [`Start::Earliest`] lands on
+    /// the oldest record retained once the seek is done, even if retention trimmed meanwhile.
     pub fn seek(&mut self, to: Start) -> Result<(), Error> {
+        if to == Start::Earliest {
+            self.seek_earliest();
+            return Ok(());
+        }
         let pos = resolve(&self.log, to)?;
         self.reposition(pos);
         Ok(())
+    }
+
+    /// Moves to the oldest retained record. A trim that read this reader's position before the
+    /// move (the reader was further on) may still pass the start it moved to: it then starts at
+    /// the new start, as a reader asked for the earliest record should, rather than reporting lag
+    /// (under `Block` a seek back made readers lag, found by `tests/stress_kinds.rs`).
+    pub(crate) fn seek_earliest(&mut self) {
+        let start = self.log.start();
+        self.reposition(start);
+        let now = self.log.start_after_trims();
+        if now > start {
+            self.reposition(now);
+        }
     }
 
     /// The next record, waiting for it if needed.

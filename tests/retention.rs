@@ -598,3 +598,51 @@ fn a_reused_segment_shows_no_records_of_its_last_life() {
         assert_eq!((*rec, rec.offset()), (1000 + k, 256 + k));
     }
 }
+
+/// A reader that goes back to the oldest retained record, again and again, while publishers fill
+/// a Block topic: a trim that read its position before the move must not pass where it lands.
+/// Block never makes an attached reader lag, and "earliest" is wherever the start is once it moved.
+#[test]
+fn seeking_to_the_earliest_record_under_block_never_lags() {
+    for producers in [Producers::Multi, Producers::Single] {
+        let t = Topic::<u64>::new(
+            "seek-back",
+            TopicConfig::default()
+                .segment_size(4)
+                .max_records(8)
+                .overflow(Overflow::Block)
+                .producers(producers),
+        )
+        .unwrap();
+        let mut r = t.reader(0, Start::Earliest).unwrap();
+        let total = 200_000u64;
+        let pt = t.clone();
+        let publisher = thread::spawn(move || {
+            let mut p = pt.producer().unwrap();
+            for i in 0..total {
+                p.publish(i).unwrap();
+            }
+        });
+        let mut seeks = 0u64;
+        // The highest value read so far: after a seek back the reader reads records again, but
+        // it never skips one.
+        let mut high: Option<u64> = None;
+        while high != Some(total - 1) {
+            let v = match r.next_timeout(Duration::from_secs(30)) {
+                Ok(rec) => *rec,
+                Err(e) => panic!("{producers:?}: {e} after {seeks} seeks to the earliest record"),
+            };
+            let next = high.map_or(0, |h| h + 1);
+            assert!(v <= next, "{producers:?}: skipped from {next} to {v}");
+            if v == next {
+                high = Some(v);
+                // Back to the start at every third new record (the publishers keep filling).
+                if v % 3 == 0 {
+                    r.seek(Start::Earliest).unwrap();
+                    seeks += 1;
+                }
+            }
+        }
+        publisher.join().unwrap();
+    }
+}

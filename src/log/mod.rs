@@ -416,6 +416,15 @@ impl<T: Send + Sync + 'static> Log<T> {
         self.start.load(Ordering::Acquire)
     }
 
+    /// The start once every trim that may have missed a cursor position stored before this call
+    /// has ended. Trims run under the admin lock: one that ran before this takes it finished (its
+    /// new start is seen here, the lock ordering the store before this load), and every later one
+    /// reads the cursors after the lock hands over, so it sees the position.
+    pub(crate) fn start_after_trims(&self) -> u64 {
+        drop(lock(&self.admin));
+        self.start()
+    }
+
     /// One past the newest offset reserved (multi) or published (single); `final_end` once closed.
     pub(crate) fn end(&self) -> u64 {
         // Acquire: see Orderings (`final_end` is valid once FINAL is seen).
