@@ -190,28 +190,38 @@ fn reject_hands_the_value_back_when_a_reader_lags() {
     }
 }
 
+/// A `Block` topic that keeps 8 records in segments of 4.
+fn small_block_topic(name: &str, producers: Producers) -> Topic<u64> {
+    Topic::new(
+        name,
+        TopicConfig::default()
+            .segment_size(4)
+            .max_records(8)
+            .overflow(Overflow::Block)
+            .producers(producers),
+    )
+    .unwrap()
+}
+
+/// Publishes `0..total` to `t` from a thread of its own.
+fn publish_from_a_thread(t: &Topic<u64>, total: u64) -> thread::JoinHandle<()> {
+    let t = t.clone();
+    thread::spawn(move || {
+        let mut p = t.producer().unwrap();
+        for i in 0..total {
+            p.publish(i).unwrap();
+        }
+    })
+}
+
 #[test]
 fn block_waits_for_the_slowest_reader_and_loses_nothing() {
     for producers in [Producers::Multi, Producers::Single] {
-        let t = Topic::<u64>::new(
-            "blk",
-            TopicConfig::default()
-                .segment_size(4)
-                .max_records(8)
-                .overflow(Overflow::Block)
-                .producers(producers),
-        )
-        .unwrap();
+        let t = small_block_topic("blk", producers);
         let mut fast = t.reader(0, Start::Earliest).unwrap();
         let mut slow = t.reader(0, Start::Earliest).unwrap();
         let total = 2_000u64;
-        let pt = t.clone();
-        let publisher = thread::spawn(move || {
-            let mut p = pt.producer().unwrap();
-            for i in 0..total {
-                p.publish(i).unwrap();
-            }
-        });
+        let publisher = publish_from_a_thread(&t, total);
         let fast_h = thread::spawn(move || {
             for i in 0..total {
                 assert_eq!(*fast.next().unwrap(), i);
@@ -605,24 +615,10 @@ fn a_reused_segment_shows_no_records_of_its_last_life() {
 #[test]
 fn seeking_to_the_earliest_record_under_block_never_lags() {
     for producers in [Producers::Multi, Producers::Single] {
-        let t = Topic::<u64>::new(
-            "seek-back",
-            TopicConfig::default()
-                .segment_size(4)
-                .max_records(8)
-                .overflow(Overflow::Block)
-                .producers(producers),
-        )
-        .unwrap();
+        let t = small_block_topic("seek-back", producers);
         let mut r = t.reader(0, Start::Earliest).unwrap();
         let total = 200_000u64;
-        let pt = t.clone();
-        let publisher = thread::spawn(move || {
-            let mut p = pt.producer().unwrap();
-            for i in 0..total {
-                p.publish(i).unwrap();
-            }
-        });
+        let publisher = publish_from_a_thread(&t, total);
         let mut seeks = 0u64;
         // The highest value read so far: after a seek back the reader reads records again, but
         // it never skips one.
