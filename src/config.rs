@@ -41,19 +41,20 @@ pub enum Overflow {
 
 /// How a blocked reader (or a publisher blocked by [`Overflow::Block`]) waits.
 ///
-/// It first polls at a flat short interval (`spin_polls` checks, each followed by one CPU spin hint),
-/// then yields its time slice for up to `yield_for`, polling `spin_polls / 4` times between yields,
-/// then parks on its own futex word and costs no CPU until a publisher wakes it. With
-/// `yield_after_batch`, a reader that has caught up with the producers and taken everything it
-/// found pauses before it looks again, yielding at least once and for a time in proportion to the
-/// run it took (32 ns a record, at most 16 µs): readers that share a core take turns, and a reader with a core to itself lets records pile up instead of
-/// pulling the producer's cache lines over a few records at a time. A reader that has not caught
-/// up never yields. While a multi-producer publish is in flight at its position (reserved, not
-/// yet published) a reader yields rather than parks: that publisher is only descheduled and will
-/// publish as soon as it runs. A publisher blocked by [`Overflow::Block`] lengthens its yielding
-/// (doubling it, up to 16 × `yield_for`) while its parks keep ending sooner than that: a park
-/// costs the readers, the bottleneck then, a barrier on their cores and a wake-up call; a park
-/// that lasts longer puts it back to `yield_for`.
+/// It first polls at a flat short interval (`spin_polls` checks, each followed by one CPU spin
+/// hint), then yields its time slice for up to `yield_for` (a reader polls `spin_polls / 4` times
+/// between yields, a publisher does not), then parks on its own futex word and costs no CPU until a
+/// publisher wakes it. With `yield_after_batch`, a reader that has caught up with the producers and
+/// taken everything it found pauses before it looks again, yielding at least once and for a time in
+/// proportion to the run it took (32 ns a record, at most 16 µs): readers that share a core take
+/// turns, and a reader with a core to itself lets records pile up instead of pulling the producer's
+/// cache lines over a few records at a time. A reader that has not caught up never yields. While a
+/// multi-producer publish is in flight at its position (reserved, not yet published) a reader
+/// yields rather than parks: that publisher is only descheduled and will publish as soon as it
+/// runs. A publisher blocked by [`Overflow::Block`] lengthens its yielding (doubling it, up to 16 ×
+/// `yield_for`) while its parks keep ending sooner than that: a park costs the readers, the
+/// bottleneck then, a barrier on their cores and a wake-up call; a park that lasts longer puts it
+/// back to `yield_for`.
 ///
 /// The defaults were measured on a 2-core VM (see the README): polling lands a record paced every
 /// 2 µs within ~100 ns; yielding before parking avoids the ~19 µs futex wake-up for records paced up
