@@ -91,13 +91,15 @@ impl<T: Send + Sync + 'static> Reader<T> {
         Ok(reader)
     }
 
-    /// Called right after registering a reader placed by `start` (with no committed offset).
-    /// Retention may have trimmed past its position between resolving it and registering;
-    /// registering takes the admin lock, so every trim from now on sees the reader. A reader asked
-    /// for the earliest record then starts at the new start rather than reporting lag it never had.
+    /// Called right after placing a reader by `start`: registering it (with no committed offset),
+    /// or moving it back. Retention may have trimmed past its position meanwhile, in a trim that
+    /// read where the reader was before (or that it was not there yet). A reader asked for the
+    /// earliest record then starts at the new start rather than reporting lag it never had (under
+    /// `Block` a seek back made readers lag, found by `tests/stress_kinds.rs`). The start is read
+    /// once every such trim has ended (`Log::start_after_trims`); later trims see the position.
     pub(crate) fn settle_start(&mut self, start: Start) {
         if start == Start::Earliest {
-            let now = self.log.start();
+            let now = self.log.start_after_trims();
             if now > self.next {
                 self.reposition(now);
             }
@@ -231,17 +233,11 @@ impl<T: Send + Sync + 'static> Reader<T> {
         Ok(())
     }
 
-    /// Moves to the oldest retained record. A trim that read this reader's position before the
-    /// move (the reader was further on) may still pass the start it moved to: it then starts at
-    /// the new start, as a reader asked for the earliest record should, rather than reporting lag
-    /// (under `Block` a seek back made readers lag, found by `tests/stress_kinds.rs`).
+    /// Moves to the oldest retained record (see [`Reader::settle_start`]).
     pub(crate) fn seek_earliest(&mut self) {
         let start = self.log.start();
         self.reposition(start);
-        let now = self.log.start_after_trims();
-        if now > start {
-            self.reposition(now);
-        }
+        self.settle_start(Start::Earliest);
     }
 
     /// The next record, waiting for it if needed.
