@@ -146,6 +146,7 @@
 //! | `logbus_readers` | gauge | partition | readers attached |
 //! | `logbus_parked_readers` | gauge | partition | readers asleep right now |
 //! | `logbus_wakeups_total` | counter | partition | wake-ups publishers had to make |
+//! | `logbus_parks_total` | counter | partition | times readers went to park |
 //! | `logbus_delivered_total` | counter | subscription | records processed (handled, acked, filtered) |
 //! | `logbus_failed_attempts_total` | counter | subscription | attempts that failed or were naked |
 //! | `logbus_redelivered_total` | counter | subscription | deliveries after the first |

@@ -34,6 +34,7 @@ impl<T: Send + Sync + 'static> Topic<T> {
             gauge!("logbus_readers", &labels).set(p.readers.len() as f64);
             gauge!("logbus_parked_readers", &labels).set(p.parked_readers as f64);
             counter!("logbus_wakeups_total", &labels).absolute(p.wakeups);
+            counter!("logbus_parks_total", &labels).absolute(p.parks);
         }
     }
 }

@@ -123,7 +123,7 @@ impl<T: Send + Sync + 'static> Reader<T> {
     }
 
     /// Where this reader sleeps (shared with the other readers of a consumer).
-    #[cfg(feature = "async")]
+    #[cfg(any(test, feature = "async"))]
     pub(crate) fn waker(&self) -> &Arc<Waker> {
         &self.cursor.waker
     }

@@ -35,6 +35,11 @@ pub struct PartitionStats {
     /// How many times a publisher had to wake a parked reader (a futex wake call each). Publishes
     /// that find no reader parked never add to it: they make no system call at all.
     pub wakeups: u64,
+    /// How many times a reader went to park here: having found nothing while it polled and
+    /// yielded, it announced itself asleep, a heavy barrier each (an interrupt to every other
+    /// core running the process). Most parks end with a wake-up; one whose last look before
+    /// sleeping finds a record, or whose deadline passes, ends without one.
+    pub parks: u64,
 }
 
 /// A snapshot of one reader's progress, as last reported by the reader (once per batch).

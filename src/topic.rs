@@ -444,6 +444,7 @@ impl<T: Send + Sync + 'static> Topic<T> {
                         .collect(),
                     parked_readers: s.parked,
                     wakeups: s.wakeups,
+                    parks: s.parks,
                 }
             })
             .collect();

@@ -258,6 +258,8 @@ pub(crate) struct Log<T> {
     total_bytes: AtomicU64,
     /// Futex wake calls issued for parked readers (a statistic; only the cold wake path counts).
     wakeups: AtomicU64,
+    /// Times a reader announced itself parked here (a statistic; counted by [`Log::announce`]).
+    parks: AtomicU64,
     /// How long a publisher blocked by `Overflow::Block` yields before it parks, in nanoseconds:
     /// the wait strategy's `yield_for`, doubled after each park that a longer yield would have
     /// avoided (see [`Log::wait_for_room`]).
@@ -351,6 +353,7 @@ impl<T: Send + Sync + 'static> Log<T> {
             room_end: AtomicU64::new(room_cap.unwrap_or(u64::MAX)),
             total_bytes: AtomicU64::new(0),
             wakeups: AtomicU64::new(0),
+            parks: AtomicU64::new(0),
             block_yield_nanos: AtomicU64::new(nanos(config.wait.yield_for)),
             writer_claimed: AtomicBool::new(false),
             path: match (single, config.timestamps, light_barrier_is_free()) {
@@ -848,6 +851,8 @@ impl<T: Send + Sync + 'static> Log<T> {
         for log in logs {
             // SeqCst: the publisher's side of the handshake reads this count (see Orderings).
             log.state.fetch_add(PARKED_ONE, Ordering::SeqCst);
+            // Relaxed: a statistic.
+            log.parks.fetch_add(1, Ordering::Relaxed);
         }
         heavy_barrier();
     }
@@ -1740,6 +1745,7 @@ impl<T: Send + Sync + 'static> Log<T> {
             parked: self.state.load(Ordering::Relaxed) & PARKED_MASK,
             bytes: self.total_bytes.load(Ordering::Relaxed),
             wakeups: self.wakeups.load(Ordering::Relaxed),
+            parks: self.parks.load(Ordering::Relaxed),
         }
     }
 }
@@ -1754,6 +1760,7 @@ pub(crate) struct LogStats {
     pub(crate) parked: u64,
     pub(crate) bytes: u64,
     pub(crate) wakeups: u64,
+    pub(crate) parks: u64,
 }
 
 struct Closedish;
