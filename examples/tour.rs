@@ -460,7 +460,10 @@ fn parked_readers(broker: &Broker) {
         assert_eq!(r.join().unwrap(), "fire drill");
     }
     let stats = &alerts.stats().partitions[0];
-    println!("  one publish woke them: {} futex wake-ups", stats.wakeups);
+    println!(
+        "  one publish woke them: {} futex wake-ups for {} parks",
+        stats.wakeups, stats.parks
+    );
 }
 
 /// Consumer groups: members share the partitions; a second group sees everything again.
