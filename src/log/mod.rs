@@ -259,6 +259,8 @@ pub(crate) struct Log<T> {
     /// Futex wake calls issued for parked readers (a statistic; only the cold wake path counts).
     wakeups: AtomicU64,
     /// Times a reader announced itself parked here (a statistic; counted by [`Log::announce`]).
+    /// Readers write it, and it may share a line with what every publish reads: once a park,
+    /// beside the heavy barrier that each park already costs.
     parks: AtomicU64,
     /// How long a publisher blocked by `Overflow::Block` yields before it parks, in nanoseconds:
     /// the wait strategy's `yield_for`, doubled after each park that a longer yield would have
