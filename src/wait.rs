@@ -1,16 +1,16 @@
 //! Waiting for records on one or several readers: poll, yield, then park.
 //!
 //! Measured on the 2-core VM we develop on (DESIGN.md): exponential backoff lands a record paced
-//! every 2 µs in the middle of a long spin and, with two readers sharing a core, holds the core for a
-//! whole time slice. So a waiting reader polls at a flat short interval ([`WaitStrategy`]'s
+//! every 2 µs in the middle of a long spin and, with two readers sharing a core, holds the core for
+//! a whole time slice. So a waiting reader polls at a flat short interval ([`WaitStrategy`]'s
 //! `spin_polls`), yields for a while, polling between yields (`yield_for`: a futex wake-up costs
 //! ~19 µs here, so this covers records paced up to ~100 µs apart), then parks on its waker. Parking
 //! is the only step with a system call for the reader, and the publisher's side of it costs nothing
-//! when nobody is parked (see `log`). Before all that, a reader that just caught up with the producers pauses, yielding,
-//! in proportion to the run it took (`batch_pause`): readers that share a core take turns, and a
-//! reader alone on its core stops pulling the producer's freshly written cache lines a few records
-//! at a time. And a reader whose position is reserved but not yet published (a multi-producer
-//! publish in flight) keeps yielding instead of parking.
+//! when nobody is parked (see `log`). Before all that, a reader that just caught up with the
+//! producers pauses, yielding, in proportion to the run it took (`batch_pause`): readers that share
+//! a core take turns, and a reader alone on its core stops pulling the producer's freshly written
+//! cache lines a few records at a time. And a reader whose position is reserved but not yet
+//! published (a multi-producer publish in flight) keeps yielding instead of parking.
 //!
 //! A consumer reading several partitions waits on all of them at once: its readers share one waker,
 //! and the parking step announces it in every partition's log before sleeping.
