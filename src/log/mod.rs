@@ -1255,11 +1255,14 @@ impl<T: Send + Sync + 'static> Log<T> {
 
     /// The single writer publishes every offset below `end` (written already): its private next
     /// offset and the watermark move together, here only, so that they never disagree.
+    ///
+    /// The watermark is stored right after the record, and the writer's own copy after it: see
+    /// [`Log::publish_single_short`] for why no other store may come between them.
     #[inline(always)]
     fn publish_single_up_to(&self, w: &mut Writer<T>, end: u64) {
-        w.next = end;
         // Release: publishes the slots below `end` (I2).
         self.watermark.store(end, Ordering::Release);
+        w.next = end;
     }
 
     /// The long path under the log's own policy, out of line, so that the short paths' callers

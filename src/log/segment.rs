@@ -326,14 +326,17 @@ impl<T> Segment<T> {
     #[inline(always)]
     pub(crate) unsafe fn write(&self, i: usize, value: T, meta: Meta) {
         debug_assert!(i < self.len());
+        // The metadata first: the value's line is the one a waiting reader holds, so its store is
+        // the one that waits, and the publishing store should queue right behind it (see
+        // `Log::publish_single_short`).
+        // SAFETY: the caller's contract, passed on.
+        unsafe { self.write_meta(i, meta) };
         // SAFETY: `i < len` (the caller's contract), and every array has `len` slots.
         let value_cell = unsafe { self.values.get_unchecked(i) };
         value_cell.with_mut(|p| {
             // SAFETY: exclusive access to an unpublished, reserved slot (the caller's contract).
             unsafe { (*p).write(value) };
         });
-        // SAFETY: the caller's contract, passed on.
-        unsafe { self.write_meta(i, meta) };
     }
 
     /// Moves `n` values from `src` into slots `i..i + n` as one copy (a batch publish's run), each
