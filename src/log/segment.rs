@@ -357,15 +357,16 @@ impl<T> Segment<T> {
             fetch_line_ahead::<_, BATCH_AHEAD>(&self.values, line);
             line += per_line;
         }
-        // SAFETY: slots `i..i + n` exist and are the caller's alone; `src` holds `n` values the
-        // caller gives up (the caller's contract).
-        unsafe { move_into(&self.values[i..i + n], src) };
+        // The metadata first, as in `Segment::write`.
         if !meta.is_empty() {
             for k in i..i + n {
-                // SAFETY: as above, `k < len`.
+                // SAFETY: `k < i + n <= len`, and the slots are the caller's (its contract).
                 unsafe { self.write_meta(k, meta) };
             }
         }
+        // SAFETY: slots `i..i + n` exist and are the caller's alone; `src` holds `n` values the
+        // caller gives up (the caller's contract).
+        unsafe { move_into(&self.values[i..i + n], src) };
     }
 
     /// Writes the metadata of slot `i` (see [`Segment::write`]).
