@@ -1247,6 +1247,20 @@ impl<T: Send + Sync + 'static> Log<T> {
             } else {
                 return Err(value); // no segment (never with `limit` set): the long path
             }
+            // The watermark's store comes right behind the value's, with no store to any other
+            // line between them. A reader waiting here holds both lines, so both stores must
+            // fetch theirs from its core, and the CPU overlapped those two transfers only when
+            // the second store was next in line: with one store between them, even to a line
+            // the producer owns (the writer's copy of the offset, stored first until stop 30),
+            // the watermark's line was fetched only after the value's had come. A minimal
+            // two-thread ring on the 2-vCPU Xeon, 2 µs pacing, time until both stores are
+            // visible (a fence after them, TSC ticks at 2.3 GHz, medians of 3 passes): value
+            // then watermark 224–262; value, another line's store, watermark 372–424; four
+            // stores to the value's line, then the watermark, 232–238. The reader saw the
+            // record 100–190 ticks later with the store between. In the harness, alternating
+            // binaries (medians of 3 runs a round): the 2 µs-paced 1→1 p50 ×0.85 (8 rounds,
+            // 0.73–0.89), tput 1→1 ×1.13 (8 rounds), 1→2 ×1.08, 1→4 ×1.18 (6 rounds each).
+            // For the same reason the time word is written before the value (`Segment::write`).
             self.publish_single_up_to(w, offset + 1);
             return Ok(offset);
         }
@@ -1653,6 +1667,8 @@ impl<T: Send + Sync + 'static> Log<T> {
             self.total_bytes.fetch_add(size, Ordering::Relaxed);
         }
         if !self.single {
+            // Right behind the value's store when no bytes are counted (see
+            // `Log::publish_single_short` for why nothing may come between them).
             // Release: publishes the slot (I2).
             seg.stamp(i).store(1, Ordering::Release);
         }
