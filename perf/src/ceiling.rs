@@ -131,8 +131,12 @@ impl<const LOOP: bool> Tx for MinimalTx<LOOP> {
             self.room = self.ring.wait_for_room(self.next);
         }
         write(&self.ring.slots, self.ring.mask, self.next, v);
-        self.next += 1;
-        self.ring.publish(self.next);
+        // The published end right behind the slot, the position after it, as logbus stores them
+        // (see `Log::publish_single_short`): with the position stored between the two, the
+        // end's line was fetched only after the slot's had come.
+        let end = self.next + 1;
+        self.ring.publish(end);
+        self.next = end;
     }
 
     #[inline]
