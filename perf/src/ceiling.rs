@@ -132,8 +132,9 @@ impl<const LOOP: bool> Tx for MinimalTx<LOOP> {
         }
         write(&self.ring.slots, self.ring.mask, self.next, v);
         // The published end right behind the slot, the position after it, as logbus stores them
-        // (see `Log::publish_single_short`): with the position stored between the two, the
-        // end's line was fetched only after the slot's had come.
+        // (see `Log::publish_single_short`: a store between the two delays the end's). The
+        // compiler already emitted this order when the position was stored first in the source
+        // (it sank that store); written so, the order no longer rests on that.
         let end = self.next + 1;
         self.ring.publish(end);
         self.next = end;
