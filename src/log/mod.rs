@@ -1842,7 +1842,9 @@ pub(crate) struct Writer<T> {
     /// writer stores it). A copy, so that a publish does not load the watermark: a reader waiting
     /// for the next record polls it, and once it has read a new value the writer's next load
     /// missed (the line had gone to the reader's core), a cross-core round trip at the head of
-    /// the publish that everything else in it waited for. Zero for many producers.
+    /// the publish that everything else in it waited for. Zero for many producers. Stored after
+    /// the watermark, never between the record and the watermark (see
+    /// [`Log::publish_single_short`]).
     ///
     /// Measured on the 2-core VM, ring-like topic, alternating binaries built with the
     /// workspace's code alignment (`.cargo/config.toml`): the 2 µs-paced 1→1 p50 243 → 206 ns
