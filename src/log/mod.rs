@@ -1257,7 +1257,7 @@ impl<T: Send + Sync + 'static> Log<T> {
             // visible (a fence after them, TSC ticks at 2.3 GHz, medians of 3 passes): value
             // then watermark 224–262; value, another line's store, watermark 372–424; four
             // stores to the value's line, then the watermark, 232–238. The reader saw the
-            // record 100–190 ticks later with the store between. In the harness, alternating
+            // record 100–250 ticks later with the store between. In the harness, alternating
             // binaries (medians of 3 runs a round): the 2 µs-paced 1→1 p50 ×0.85 (8 rounds,
             // 0.73–0.89), tput 1→1 ×1.13 (8 rounds), 1→2 ×1.08, 1→4 ×1.18 (6 rounds each).
             // For the same reason the time word is written before the value (`Segment::write`).
