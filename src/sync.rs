@@ -570,6 +570,17 @@ pub(crate) fn init_barriers() {
     membarrier::init();
 }
 
+/// Keeps the compiler from moving memory accesses across this point; no instruction is emitted.
+/// For an order of stores that matters to speed, not to correctness: a publishing store right
+/// behind the record's, with no store between (see `Log::publish_single_short`). The compiler may
+/// move a plain store from after a Release store to before it, and did not, so far; this says it
+/// must not.
+#[inline(always)]
+pub(crate) fn keep_store_order() {
+    // SeqCst: a compiler-only fence, and only this one keeps later stores below earlier ones.
+    std::sync::atomic::compiler_fence(Ordering::SeqCst);
+}
+
 /// The fast side of the park/wake handshake: sits between "publish" and "load the parked count".
 #[inline]
 pub(crate) fn light_barrier() {

@@ -65,7 +65,7 @@ use crate::{
     config::{Overflow, SizeFn, TopicConfig, WaitStrategy},
     error::{Error, PublishError},
     sync::{
-        fence, heavy_barrier, init_barriers, light_barrier, light_barrier_as,
+        fence, heavy_barrier, init_barriers, keep_store_order, light_barrier, light_barrier_as,
         light_barrier_is_free, lock, spin_hint, unprotected, yield_now, Arc, Atomic, AtomicBool,
         AtomicU64, CachePadded, Epoch, Futex, Guard, Mutex, Ordering, Owned, SlotBase,
     },
@@ -1276,6 +1276,7 @@ impl<T: Send + Sync + 'static> Log<T> {
     fn publish_single_up_to(&self, w: &mut Writer<T>, end: u64) {
         // Release: publishes the slots below `end` (I2).
         self.watermark.store(end, Ordering::Release);
+        keep_store_order();
         w.next = end;
     }
 

@@ -53,9 +53,9 @@ use std::ptr::NonNull;
 use crate::clock;
 
 use crate::sync::{
-    clear_flags, fence, lock, move_into, prefetch, prefetch_l2, prefetch_write, touch_pages,
-    values_of, Arc, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Mutex, Ordering, SlotBase,
-    UnsafeCell,
+    clear_flags, fence, keep_store_order, lock, move_into, prefetch, prefetch_l2, prefetch_write,
+    touch_pages, values_of, Arc, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Mutex, Ordering,
+    SlotBase, UnsafeCell,
 };
 
 /// A cache line, and how far ahead producers fetch the lines they will write ([`AHEAD`] bytes,
@@ -334,6 +334,7 @@ impl<T> Segment<T> {
         // each, medians of 3 runs, 2-vCPU Xeon; single producer with the watermark fix too).
         // SAFETY: the caller's contract, passed on.
         unsafe { self.write_meta(i, meta) };
+        keep_store_order();
         // SAFETY: `i < len` (the caller's contract), and every array has `len` slots.
         let value_cell = unsafe { self.values.get_unchecked(i) };
         value_cell.with_mut(|p| {
@@ -367,6 +368,7 @@ impl<T> Segment<T> {
                 unsafe { self.write_meta(k, meta) };
             }
         }
+        keep_store_order();
         // SAFETY: slots `i..i + n` exist and are the caller's alone; `src` holds `n` values the
         // caller gives up (the caller's contract).
         unsafe { move_into(&self.values[i..i + n], src) };
