@@ -13,7 +13,9 @@
 //!   store and reload its position and the ring's shape every record. `run in one loop` publishes
 //!   a whole run inside one call, with the same fence and look, its position and the ring's shape
 //!   in registers: what the compiler did not give either call-per-record loop (this one's or
-//!   logbus's).
+//!   logbus's). `run in one loop, storing its position` is that loop with one store added per
+//!   record, of its position to the sender, after the published end: the store a call-per-record
+//!   producer cannot do without, and the one measure of what it costs.
 //! - **What the reader does once it has caught up.** `spinning` looks again at once (after a spin
 //!   hint); `pausing` yields for 32 ns per record of the run it just took, up to 16 µs, as
 //!   logbus's readers do (`wait.rs`), so that readers sharing a core take turns. Either reads a
@@ -113,10 +115,13 @@ impl Ring {
 }
 
 /// A minimal ring: `LOOP` publishes a run inside one call (else one call a record), `PAUSE`
-/// makes the reader pause after catching up (else it spins).
-pub(crate) struct Minimal<const LOOP: bool, const PAUSE: bool>(pub(crate) &'static str);
+/// makes the reader pause after catching up (else it spins), `KEEP` makes the loop store its
+/// position in the sender after every record (only with `LOOP`: one call a record does anyway).
+pub(crate) struct Minimal<const LOOP: bool, const PAUSE: bool, const KEEP: bool = false>(
+    pub(crate) &'static str,
+);
 
-pub(crate) struct MinimalTx<const LOOP: bool> {
+pub(crate) struct MinimalTx<const LOOP: bool, const KEEP: bool> {
     ring: Arc<Ring>,
     /// The next position to publish.
     next: u64,
@@ -124,7 +129,7 @@ pub(crate) struct MinimalTx<const LOOP: bool> {
     room: u64,
 }
 
-impl<const LOOP: bool> Tx for MinimalTx<LOOP> {
+impl<const LOOP: bool, const KEEP: bool> Tx for MinimalTx<LOOP, KEEP> {
     #[inline(always)]
     fn send(&mut self, v: u64) {
         if self.next >= self.room {
@@ -159,6 +164,14 @@ impl<const LOOP: bool> Tx for MinimalTx<LOOP> {
             write(slots, mask, next, crate::tagged(p, k));
             next += 1;
             ring.publish(next);
+            if KEEP {
+                // The one thing the one-call loops do every record that this loop does not: a
+                // store of the position to a line of the sender's own, after the published end,
+                // as logbus's writer stores its next offset. Volatile, so that the compiler keeps
+                // it in the loop (it would sink it out as a dead store).
+                // SAFETY: a plain field of `self`, which we borrow mutably.
+                unsafe { std::ptr::write_volatile(&mut self.next, next) };
+            }
         }
         (self.next, self.room) = (next, room);
     }
@@ -213,8 +226,8 @@ fn read_all<const PAUSE: bool, S: Sink>(ring: Arc<Ring>, mut sink: S) {
     }
 }
 
-impl<const LOOP: bool, const PAUSE: bool> Bus for Minimal<LOOP, PAUSE> {
-    type Tx = MinimalTx<LOOP>;
+impl<const LOOP: bool, const PAUSE: bool, const KEEP: bool> Bus for Minimal<LOOP, PAUSE, KEEP> {
+    type Tx = MinimalTx<LOOP, KEEP>;
 
     fn name(&self) -> &'static str {
         self.0
@@ -330,7 +343,7 @@ mod tests {
 
     /// Sends `n` records through a minimal ring of 64 slots (so it wraps many times), the first
     /// half one by one and the rest as a run, and returns what the reader received.
-    fn round_trip<const LOOP: bool, const PAUSE: bool>(n: u64) -> Vec<u64> {
+    fn round_trip<const LOOP: bool, const PAUSE: bool, const KEEP: bool>(n: u64) -> Vec<u64> {
         let got = Arc::new(Mutex::new(Vec::new()));
         let sink = |_| {
             let got = got.clone();
@@ -344,8 +357,13 @@ mod tests {
             capacity: 64,
             total: n as usize,
         };
-        let (mut txs, join) =
-            Minimal::<LOOP, PAUSE>("test").start(1, 1, run, &Pins::from_ids(Vec::new()), sink);
+        let (mut txs, join) = Minimal::<LOOP, PAUSE, KEEP>("test").start(
+            1,
+            1,
+            run,
+            &Pins::from_ids(Vec::new()),
+            sink,
+        );
         let mut tx = txs.pop().unwrap();
         for v in 0..n / 2 {
             tx.send(v);
@@ -376,9 +394,10 @@ mod tests {
     #[test]
     fn every_minimal_ring_delivers_every_record_in_order_across_wraps() {
         let n = 10_000;
-        assert_eq!(round_trip::<false, false>(n), expected(n));
-        assert_eq!(round_trip::<false, true>(n), expected(n));
-        assert_eq!(round_trip::<true, false>(n), expected(n));
-        assert_eq!(round_trip::<true, true>(n), expected(n));
+        assert_eq!(round_trip::<false, false, false>(n), expected(n));
+        assert_eq!(round_trip::<false, true, false>(n), expected(n));
+        assert_eq!(round_trip::<true, false, false>(n), expected(n));
+        assert_eq!(round_trip::<true, true, false>(n), expected(n));
+        assert_eq!(round_trip::<true, true, true>(n), expected(n));
     }
 }

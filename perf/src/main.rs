@@ -1691,6 +1691,9 @@ fn ceiling_table(r: &mut Report, o: &Options, pins: &Pins, kept: &mut Kept) {
         go!(&Minimal::<true, false>(
             "minimal ring: run in one loop, spinning reader"
         ));
+        go!(&Minimal::<true, true, true>(
+            "minimal ring: run in one loop storing its position, pausing reader"
+        ));
         if runs_here(&ours, o, 1) {
             read.record(
                 "reading only, lines from the producer's core",
