@@ -16,7 +16,7 @@ use std::{
 use crate::{
     clock,
     error::{Error, ReadError},
-    log::{segment::SegRef, CursorRef, Log, Waker},
+    log::{segment::SegRef, CursorRef, Log, Waker, STREAMING_RUN, WATCH_AFTER},
     sync::Arc,
     wait::{wait_any, Waited},
 };
@@ -78,6 +78,11 @@ pub struct Reader<T: Send + Sync + 'static> {
     /// How many records the last refresh found when it caught up with the producers (0: it found
     /// none, or stopped at its limit or the segment's end). See `wait_any`.
     fed: u64,
+    /// Whether the log counts this reader as watching its published end between records (see
+    /// `Log::watch`): since it last found nothing new there, and until it takes a long run.
+    watching: bool,
+    /// Looks in a row that found nothing new, while not watching (see `Log::watch`).
+    empty_looks: u32,
     /// Whether this reader, polled as a `Stream`, is announced as parked (see `crate::stream`).
     #[cfg(feature = "async")]
     pub(crate) announced: bool,
@@ -117,6 +122,8 @@ impl<T: Send + Sync + 'static> Reader<T> {
             ready: pos,
             seg: None,
             fed: 0,
+            watching: false,
+            empty_looks: 0,
             #[cfg(feature = "async")]
             announced: false,
         }
@@ -368,9 +375,24 @@ impl<T: Send + Sync + 'static> Reader<T> {
                 // segment's end (see `wait_any` for what that changes).
                 let cap = (seg.base() + seg.len() as u64).min(self.next.saturating_add(limit));
                 self.fed = if end < cap { end - self.next } else { 0 };
+                self.empty_looks = 0;
+                if self.watching && self.fed >= STREAMING_RUN {
+                    // Streaming: it looks once a run now, so the writer may drop its copy.
+                    self.log.unwatch();
+                    self.watching = false;
+                }
                 self.ready = end;
                 self.log.moved(&self.cursor, self.next);
                 return Ok(true);
+            }
+        }
+        if !self.watching {
+            // Nothing new, again: it waits at the end and will look again soon, so the writer
+            // had better keep its copy.
+            self.empty_looks += 1;
+            if self.empty_looks >= WATCH_AFTER {
+                self.empty_looks = 0;
+                self.watching = self.log.watch();
             }
         }
         match self.log.final_end() {
@@ -448,6 +470,9 @@ impl<T: Send + Sync + 'static> Drop for Reader<T> {
         #[cfg(feature = "async")]
         crate::stream::leave_one(self);
         self.seg = None;
+        if self.watching {
+            self.log.unwatch();
+        }
         self.log.deregister(&self.cursor);
     }
 }

@@ -12,6 +12,14 @@
 //! cache lines a few records at a time. And a reader whose position is reserved but not yet
 //! published (a multi-producer publish in flight) keeps yielding instead of parking.
 //!
+//! A reader of a single-producer log that keeps finding nothing new (`WATCH_AFTER` looks in a
+//! row) tells the log it watches the published end, until it takes a long caught-up run
+//! (`STREAMING_RUN`) or is dropped. While nobody watches, the producer keeps no private copy of its
+//! next offset and reads it from the watermark instead, one store a publish fewer: a saturated
+//! stream's readers look once a run, so that line is usually still in the producer's cache; a
+//! paced stream's readers poll it between records, and the copy spares the producer a miss on it
+//! (see `Writer::next` in `log`).
+//!
 //! A consumer reading several partitions waits on all of them at once: its readers share one waker,
 //! and the parking step announces it in every partition's log before sleeping.
 

@@ -383,6 +383,64 @@ fn single_producer_offsets_stay_dense_across_paths_and_producers() {
     );
 }
 
+/// A single producer keeps a private copy of its next offset only while some reader waits at the
+/// published end between records, and reads the watermark otherwise (see `Writer::next`). Its
+/// readers switch it back and forth as the stream alternates between bursts (long runs: nobody
+/// watches) and paced records (each reader keeps finding nothing: they watch), one of them
+/// dropped and replaced halfway. Whatever the switches' timing, every publish takes the next
+/// offset and every reader gets every record in order.
+#[test]
+fn single_producer_records_stay_dense_while_readers_switch_between_streaming_and_watching() {
+    const ROUNDS: u64 = 12;
+    const BURST: u64 = 3000;
+    const PACED: u64 = 30;
+    let total = ROUNDS * (BURST + PACED);
+    let t = topic(
+        TopicConfig::default()
+            .single_producer()
+            .timestamps(false)
+            .max_records(1 << 12)
+            .overflow(logbus::Overflow::Block),
+    );
+    let read = |mut r: logbus::Reader<u64>, from: u64, to: u64| {
+        thread::spawn(move || {
+            let mut next = from;
+            while next < to {
+                for v in r.next_batch(4096).unwrap().values() {
+                    assert_eq!(*v, next, "records out of order");
+                    next += 1;
+                }
+            }
+            next
+        })
+    };
+    let whole = read(t.reader(0, Start::Earliest).unwrap(), 0, total);
+    let first_half = read(t.reader(0, Start::Earliest).unwrap(), 0, total / 2);
+    let mut second_half = None;
+    let mut p = t.producer().unwrap();
+    let mut next = 0;
+    for round in 0..ROUNDS {
+        if round == ROUNDS / 2 {
+            // The role changes hands with whichever way the writer kept its offset.
+            drop(p);
+            second_half = Some(read(t.reader(0, Start::Offset(next)).unwrap(), next, total));
+            p = t.producer().unwrap();
+        }
+        for _ in 0..BURST {
+            assert_eq!(p.publish(next).unwrap().offset, next);
+            next += 1;
+        }
+        for _ in 0..PACED {
+            thread::sleep(Duration::from_micros(20));
+            assert_eq!(p.publish(next).unwrap().offset, next);
+            next += 1;
+        }
+    }
+    assert_eq!(whole.join().unwrap(), total);
+    assert!(first_half.join().unwrap() >= total / 2);
+    assert_eq!(second_half.unwrap().join().unwrap(), total);
+}
+
 /// A producer spreads its publishes round-robin over the partitions on every kind of topic, the
 /// single producer's plain ones included (whose one-partition publish skips the partition pick),
 /// and each partition holds its records densely and in order, across segment boundaries.

@@ -49,6 +49,9 @@
 //! - `final_end`: stored (Release) before `state` gets `FINAL`; readers load `state` with Acquire.
 //! - cursor positions: Release by the reader after it is done with the records below; Acquire by
 //!   publishers computing room.
+//! - `state`'s watching count: Relaxed RMWs by readers, read in the publisher's `state` load. A
+//!   hint that picks between two equally correct ways for the single writer to find its next
+//!   offset (its copy, or its own latest store to the watermark); nothing is read through it.
 //! - `block_yield_nanos`: Relaxed. A tuning hint for blocked publishers; no data depends on it.
 //! - `room_end`: Relaxed everywhere. It is a hint the short paths trust only as an upper bound (the
 //!   long path recomputes room from the cursors), and as a close flag it is as good as the Relaxed
@@ -94,9 +97,36 @@ const PARKED_MASK: u64 = (1 << 24) - 1;
 const CLOSED: u64 = 1 << 24;
 /// `state` bit 25: `final_end` holds the last offset + 1 ever published.
 const FINAL: u64 = 1 << 25;
-/// `state` bits 26..50: number of publishers parked by `Overflow::Block`.
-const BLOCKED_ONE: u64 = 1 << 26;
-const BLOCKED_MASK: u64 = ((1 << 24) - 1) << 26;
+/// `state` bits 31..40: number of readers of a single-producer log that watch its published end
+/// between records (see [`Log::watch`]). While it is zero the writer keeps no copy of its next
+/// offset (see `Writer::next`). A hint: a reader that finds it full is not counted, and tries again
+/// later.
+const WATCHING_ONE: u64 = 1 << 31;
+const WATCHING_MASK: u64 = ((1 << 9) - 1) << 31;
+/// `state` bits 40..64: number of publishers parked by `Overflow::Block`.
+const BLOCKED_ONE: u64 = 1 << 40;
+const BLOCKED_MASK: u64 = ((1 << 24) - 1) << 40;
+/// What a single writer's publish must look at when it finds any of it in `state`: parked
+/// readers, the log closed, readers watching (the copy to store), or a blocked publisher (nothing
+/// to do: in the mask only so that it is bits 0..25 and 31..64, which an instruction's 32-bit
+/// immediate gives, sign-extended; a mask that needed its own register cost the saturated 1→1
+/// stream ×0.92, 6 alternating rounds).
+const SINGLE_LOOK: u64 = PARKED_MASK | CLOSED | WATCHING_MASK | BLOCKED_MASK;
+const _: () = assert!(SINGLE_LOOK == 0xffff_ffff_81ff_ffff);
+
+/// How many looks in a row that find nothing new make a reader count as watching. Not the first:
+/// a reader streaming behind a saturated producer finds nothing now and then for a moment, and
+/// each change of the count costs the producer a miss on `state`'s line (watching from the
+/// first empty look, the saturated 1→1 stream changed it every ~640 records, about once a
+/// microsecond, and ran ×0.74 slower than with the copy always kept). A reader waiting for a
+/// paced record looks hundreds of times between records.
+pub(crate) const WATCH_AFTER: u32 = 16;
+
+/// The caught-up run after which a reader stops counting as watching: a run this long means the
+/// producer published this many records while the reader paused (see `crate::wait`), so the
+/// reader looks at the published end once per run, not per record. A stream paced slower than the
+/// reader's looks gives runs of one; a saturated one, runs of hundreds.
+pub(crate) const STREAMING_RUN: u64 = 16;
 
 /// A cursor's futex word values.
 pub(crate) const RUNNING: u32 = 0;
@@ -461,6 +491,39 @@ impl<T: Send + Sync + 'static> Log<T> {
         // after the last one's stores by the `writer_claimed` swap (Acquire) that gave it the
         // role, which pairs with the Release store that gave the role back.
         self.watermark.load(Ordering::Relaxed)
+    }
+
+    /// The single writer's next offset: its copy, or where it keeps none, the watermark.
+    #[inline(always)]
+    fn writer_next(&self, w: &Writer<T>) -> u64 {
+        if w.next == STALE {
+            self.single_next()
+        } else {
+            w.next
+        }
+    }
+
+    /// A reader of a single-producer log starts watching its published end between records:
+    /// it keeps finding nothing new there, and will look again soon. Returns whether it was counted (see
+    /// [`WATCHING_MASK`]; false on a log with many producers, whose publish keeps no copy).
+    #[inline]
+    pub(crate) fn watch(&self) -> bool {
+        // Relaxed: see Orderings (`state`'s watching count). A compare-exchange, so that a full
+        // count never carries into the blocked publishers' field above it.
+        self.single
+            && self
+                .state
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |s| {
+                    (s & WATCHING_MASK != WATCHING_MASK).then_some(s + WATCHING_ONE)
+                })
+                .is_ok()
+    }
+
+    /// A reader counted by [`Log::watch`] stops watching: it caught up with a long run (see
+    /// [`STREAMING_RUN`]) or is dropped.
+    pub(crate) fn unwatch(&self) {
+        // Relaxed: as in `watch`.
+        self.state.fetch_sub(WATCHING_ONE, Ordering::Relaxed);
     }
 
     /// Whether an offset at or above `pos` is reserved (multi-producer logs; a single producer
@@ -1086,7 +1149,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         (w.limit, w.slots) = (0, SlotBase::unset());
         if let Some(seg) = w.seg.take() {
             if self.single {
-                seg.set_filled((w.next - seg.base()).min(seg.len() as u64) as usize);
+                seg.set_filled((self.writer_next(w) - seg.base()).min(seg.len() as u64) as usize);
             }
         }
         if self.single {
@@ -1180,7 +1243,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         key: Option<u64>,
     ) -> Result<u64, PublishError<T>> {
         match self.publish_single_short(w, value, || Meta::new(0, key)) {
-            Ok(offset) => self.published(offset, true),
+            Ok(offset) => self.published_single(w, offset, true),
             Err(value) => self.publish_long(w, value, key),
         }
     }
@@ -1208,7 +1271,20 @@ impl<T: Send + Sync + 'static> Log<T> {
         value: T,
         meta: impl FnOnce() -> Meta,
     ) -> Result<u64, T> {
-        let offset = w.next;
+        // Without a copy (no reader watches), the writer's own latest store (see `Writer::next`).
+        // That case is the one laid out inline: it is the saturated stream's, where a publish
+        // takes a few cycles and every jump counts; a paced publish pays the jump.
+        let copy = w.next;
+        let kept = copy != STALE;
+        let offset = if unlikely(kept) {
+            // Marked stale before the record (a store to the writer's own line, where it costs
+            // a paced publish nothing): [`Log::published_single`] stores it again if a reader
+            // still watches, and the streaming case there then has nothing to undo.
+            w.next = STALE;
+            copy
+        } else {
+            self.single_next()
+        };
         // `room_cached` is also the close check: `close` sets the cached room to 0 (see `close`
         // for the race this leaves on single-producer logs).
         if offset < w.limit && self.room_cached(offset) {
@@ -1261,14 +1337,18 @@ impl<T: Send + Sync + 'static> Log<T> {
             // binaries (medians of 3 runs a round): the 2 µs-paced 1→1 p50 ×0.85 (8 rounds,
             // 0.73–0.89), tput 1→1 ×1.13 (8 rounds), 1→2 ×1.08, 1→4 ×1.18 (6 rounds each).
             // For the same reason the time word is written before the value (`Segment::write`).
-            self.publish_single_up_to(w, offset + 1);
+            // The writer's copy of its next offset, if it keeps one, is stored after the look at
+            // `state` that says whether to (`Log::published_single`).
+            // Release: publishes the slot (I2).
+            self.watermark.store(offset + 1, Ordering::Release);
             return Ok(offset);
         }
         Err(value)
     }
 
-    /// The single writer publishes every offset below `end` (written already): its private next
-    /// offset and the watermark move together, here only, so that they never disagree.
+    /// The single writer publishes every offset below `end` (written already), on its long and
+    /// batch paths: the watermark, and its copy after it. (The short path stores the watermark
+    /// itself and its copy, if it keeps one, in [`Log::published_single`].)
     ///
     /// The watermark is stored right after the record, and the writer's own copy after it: see
     /// [`Log::publish_single_short`] for why no other store may come between them.
@@ -1341,7 +1421,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         let stamp = || if stamped { self.stamp() } else { 0 };
         if KIND == ANY && self.single {
             match self.publish_single_short(w, value, || Meta::new(stamp(), key)) {
-                Ok(offset) => return self.published(offset, false),
+                Ok(offset) => return self.published_single(w, offset, false),
                 Err(v) => value = v,
             }
         } else if self.fast && policy != Overflow::Reject && self.room_cached_multi() {
@@ -1399,6 +1479,42 @@ impl<T: Send + Sync + 'static> Log<T> {
         }
         // Acquire: see Orderings (`state`).
         let s = self.state.load(Ordering::Acquire);
+        if s & (PARKED_MASK | CLOSED) != 0 {
+            return self.published_slow(s, offset);
+        }
+        Ok(offset)
+    }
+
+    /// [`Log::published`] for the single writer's short path, which has stored the watermark and
+    /// left its copy [`STALE`]: stores the copy again while some reader watches the published end
+    /// (see `Writer::next`). Here, after the look at `state`, so that the copy never comes between
+    /// the record and the watermark either.
+    ///
+    /// The streaming case (nobody watches, parked or closed) is one test and the loop's one jump.
+    /// A first version left the copy in place and marked it stale here when the last watcher had
+    /// left: one compare and jump more in that case, and the saturated 1→1 stream ran ×0.83 of
+    /// the build that always keeps the copy (3 alternating rounds), against ×1.19 for this one.
+    #[inline(always)]
+    fn published_single(
+        &self,
+        w: &mut Writer<T>,
+        offset: u64,
+        free_barrier: bool,
+    ) -> Result<u64, PublishError<T>> {
+        if free_barrier {
+            light_barrier_as(true);
+        } else {
+            light_barrier();
+        }
+        // Acquire: see Orderings (`state`). The light barrier above is a compiler fence at
+        // least, so the copy below cannot be moved above the watermark's store either.
+        let s = self.state.load(Ordering::Acquire);
+        if !unlikely(s & SINGLE_LOOK != 0) {
+            return Ok(offset);
+        }
+        if s & WATCHING_MASK != 0 {
+            w.next = offset + 1;
+        }
         if s & (PARKED_MASK | CLOSED) != 0 {
             return self.published_slow(s, offset);
         }
@@ -1472,7 +1588,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         };
         let meta = Meta::new(self.stamp(), key);
         let offset = if self.single {
-            let next = w.next;
+            let next = self.writer_next(w);
             if let Err(r) = self.admit_single(next, 1, policy) {
                 return Err(r.with(value));
             }
@@ -1543,7 +1659,11 @@ impl<T: Send + Sync + 'static> Log<T> {
     ) -> Result<std::ops::Range<u64>, PublishError<()>> {
         let n = n as u64;
         if n == 0 {
-            let at = if self.single { w.next } else { self.end() };
+            let at = if self.single {
+                self.writer_next(w)
+            } else {
+                self.end()
+            };
             return Ok(at..at);
         }
         if let Some((max, _)) = &self.max_bytes {
@@ -1553,7 +1673,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         }
         let meta = Meta::new(self.stamp(), None);
         let first = if self.single {
-            let next = w.next;
+            let next = self.writer_next(w);
             self.admit_single(next, n, self.overflow)
                 .map_err(|r| r.with(()))?;
             next
@@ -1835,17 +1955,52 @@ impl<T> Drop for Log<T> {
     }
 }
 
+/// Marks a branch as rarely taken, so that the compiler lays the other one out inline (what
+/// `std::hint::cold_path` does, which is newer than the crate's minimum Rust).
+#[cold]
+#[inline]
+fn cold() {}
+
+#[inline(always)]
+fn unlikely(b: bool) -> bool {
+    if b {
+        cold();
+    }
+    b
+}
+
+/// [`Writer::next`] while the single writer keeps no copy of its next offset: it loads the
+/// watermark instead. Never an offset (a log would need 2^64 - 1 records first).
+const STALE: u64 = u64::MAX;
+
 /// A producer's private state in one partition: its current segment (one counted reference) and,
 /// for the single producer, its next offset.
 pub(crate) struct Writer<T> {
     seg: Option<SegRef<T>>,
-    /// Single producer: the next offset to publish, always equal to the log's watermark (only this
-    /// writer stores it). A copy, so that a publish does not load the watermark: a reader waiting
-    /// for the next record polls it, and once it has read a new value the writer's next load
-    /// missed (the line had gone to the reader's core), a cross-core round trip at the head of
-    /// the publish that everything else in it waited for. Zero for many producers. Stored after
-    /// the watermark, never between the record and the watermark (see
-    /// [`Log::publish_single_short`]).
+    /// Single producer: the next offset to publish, equal to the log's watermark (only this
+    /// writer stores it), or [`STALE`] while no reader watches the published end. Zero for many
+    /// producers.
+    ///
+    /// A copy, so that a publish does not load the watermark: a reader waiting for the next
+    /// record polls it, and once it has read a new value the writer's next load missed (the line
+    /// had gone to the reader's core), a cross-core round trip at the head of the publish that
+    /// everything else in it waited for. Stored after the watermark, never between the record and
+    /// the watermark (see [`Log::publish_single_short`]).
+    ///
+    /// But only while some reader watches (`state`'s watching count, see [`Log::watch`]): the
+    /// copy's store is a publish's third, and on the Xeon VM of stops 28–31 a core commits one
+    /// store a cycle unless the next is to the same line, so in a saturated stream the copy
+    /// cost a third more time a record than the record and the watermark alone. A minimal loop
+    /// publishing alone (stop 31): record and watermark 885–974 M/s; with a store to a line of
+    /// its own after them 556–715; to a second word of the watermark's line 776–1035; with two
+    /// lines of its own 500–541. With a reader that pauses as logbus's do, the minimal ring that
+    /// publishes a run in one loop ran 641 M/s, and 476 when it stored its position every record
+    /// (the harness's `ceiling` table). Readers that stream (each look takes a long run, see
+    /// [`STREAMING_RUN`]) look at the published end once a run, so the writer's own latest store
+    /// there is usually still in its cache: without the copy, alternating binaries, tput 1→1
+    /// ×1.40 (6 rounds, 1.00–1.60), while the 2 µs-paced 1→1 p50, whose reader polls the
+    /// watermark between records, was ×1.59 worse (211 → 335 ns). So the copy is kept while a
+    /// reader watches, and dropped while all stream.
     ///
     /// Measured on the 2-core VM, ring-like topic, alternating binaries built with the
     /// workspace's code alignment (`.cargo/config.toml`): the 2 µs-paced 1→1 p50 243 → 206 ns
@@ -1895,6 +2050,145 @@ impl<T: Send + Sync + 'static> Writer<T> {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::{error::ReadError, reader::Reader, Start};
+
+    /// How many readers the log counts as watching its published end.
+    fn watching(log: &Log<u64>) -> u64 {
+        (log.state.load(Ordering::Relaxed) & WATCHING_MASK) / WATCHING_ONE
+    }
+
+    /// Looks at the published end `WATCH_AFTER` times, finding nothing each time.
+    fn wait_at_end(r: &mut Reader<u64>) {
+        for _ in 0..WATCH_AFTER {
+            assert_eq!(r.try_next().unwrap_err(), ReadError::Empty);
+        }
+    }
+
+    #[test]
+    fn the_single_writer_keeps_its_copy_only_while_a_reader_watches() {
+        let config = TopicConfig::<u64>::default()
+            .single_producer()
+            .timestamps(false)
+            .segment_size(64);
+        let log = Arc::new(Log::new(&config));
+        let mut w = log.claim_writer().unwrap();
+        let mut r = Reader::new(Arc::clone(&log), 0, Start::Earliest).unwrap();
+        // The first publish takes the long path (the writer has no segment yet), which keeps
+        // the copy; the short path keeps none while nobody watches.
+        assert_eq!(log.publish(&mut w, 0, None).unwrap(), 0);
+        assert_eq!(log.publish(&mut w, 1, None).unwrap(), 1);
+        assert_eq!(w.next, STALE, "no reader has looked yet: no copy");
+        assert_eq!(*r.try_next().unwrap(), 0);
+        assert_eq!(*r.try_next().unwrap(), 1);
+        assert_eq!(
+            watching(&log),
+            0,
+            "a reader that found records does not watch"
+        );
+        for _ in 1..WATCH_AFTER {
+            assert_eq!(r.try_next().unwrap_err(), ReadError::Empty);
+        }
+        assert_eq!(watching(&log), 0, "not after a few empty looks");
+        assert_eq!(r.try_next().unwrap_err(), ReadError::Empty);
+        assert_eq!(
+            watching(&log),
+            1,
+            "it keeps finding nothing new: it watches"
+        );
+        assert_eq!(log.publish(&mut w, 2, None).unwrap(), 2);
+        assert_eq!(w.next, 3, "a reader watches: the copy is kept");
+        assert_eq!(*r.try_next().unwrap(), 2);
+        assert_eq!(watching(&log), 1, "a run of one: still watching");
+        for v in 3..3 + STREAMING_RUN {
+            assert_eq!(log.publish(&mut w, v, None).unwrap(), v);
+        }
+        let run: Vec<u64> = r.try_next_batch(4096).unwrap().values().copied().collect();
+        assert_eq!(run, (3..3 + STREAMING_RUN).collect::<Vec<_>>());
+        assert_eq!(watching(&log), 0, "a long run: it streams");
+        // Without the copy the writer goes on from the watermark, across the segment's end
+        // (offset 64, the long path) and through a batch.
+        let end = 3 + STREAMING_RUN;
+        assert_eq!(log.publish(&mut w, end, None).unwrap(), end);
+        assert_eq!(w.next, STALE, "nobody watches: the copy is dropped");
+        for v in end + 1..100 {
+            assert_eq!(log.publish(&mut w, v, None).unwrap(), v);
+        }
+        let mut batch = vec![100, 101, 102];
+        assert_eq!(
+            log.publish_batch(&mut w, &mut batch, &[]).unwrap(),
+            100..103
+        );
+        let mut got = Vec::new();
+        while let Ok(b) = r.try_next_batch(4096) {
+            got.extend(b.values().copied()); // one batch a segment
+        }
+        assert_eq!(got, (end..103).collect::<Vec<_>>());
+        wait_at_end(&mut r);
+        assert_eq!(
+            watching(&log),
+            1,
+            "it caught up and found nothing: it watches again"
+        );
+        assert_eq!(log.publish(&mut w, 103, None).unwrap(), 103);
+        assert_eq!(w.next, 104);
+        // A second reader that streams does not drop the copy while the first watches.
+        let mut other = Reader::new(Arc::clone(&log), 0, Start::Offset(104)).unwrap();
+        wait_at_end(&mut other);
+        assert_eq!(watching(&log), 2);
+        for v in 104..104 + STREAMING_RUN {
+            log.publish(&mut w, v, None).unwrap();
+        }
+        assert_eq!(
+            other.try_next_batch(4096).unwrap().len() as u64,
+            STREAMING_RUN
+        );
+        assert_eq!(watching(&log), 1);
+        log.publish(&mut w, 120, None).unwrap();
+        assert_eq!(w.next, 121, "the first reader still watches");
+        // Dropping a watching reader takes it off the count.
+        drop(r);
+        assert_eq!(watching(&log), 0);
+        log.publish(&mut w, 121, None).unwrap();
+        assert_eq!(w.next, STALE);
+        // The role handed back without a copy: the next writer continues at the watermark.
+        log.release_writer(&mut w);
+        let mut w = log.claim_writer().unwrap();
+        assert_eq!(log.publish(&mut w, 122, None).unwrap(), 122);
+        let rest: Vec<u64> = other
+            .try_next_batch(4096)
+            .unwrap()
+            .values()
+            .copied()
+            .collect();
+        assert_eq!(rest, (120..123).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_reader_that_would_overflow_the_watching_count_is_not_counted() {
+        let config = TopicConfig::<u64>::default().single_producer();
+        let log = Log::new(&config);
+        log.state
+            .fetch_or(WATCHING_MASK | BLOCKED_ONE, Ordering::Relaxed);
+        assert!(!log.watch(), "the count is full");
+        assert_eq!(
+            log.state.load(Ordering::Relaxed) & WATCHING_MASK,
+            WATCHING_MASK,
+            "and stays as it was"
+        );
+        assert_eq!(
+            log.state.load(Ordering::Relaxed) & !WATCHING_MASK,
+            BLOCKED_ONE,
+            "the other fields are untouched (one blocked publisher)"
+        );
+        log.unwatch();
+        assert!(log.watch());
+        let multi = Log::new(&TopicConfig::<u64>::default());
+        assert!(
+            !multi.watch(),
+            "many producers keep no copy: nobody is counted"
+        );
+        assert_eq!(multi.state.load(Ordering::Relaxed), 0);
+    }
 
     fn window(log: &Log<u64>) -> Duration {
         Duration::from_nanos(log.block_yield_nanos.load(Ordering::Relaxed))
