@@ -116,11 +116,17 @@ const _: () = assert!(SINGLE_LOOK == 0xffff_ffff_81ff_ffff);
 
 /// How many looks in a row that find nothing new make a reader count as watching. Not the first:
 /// a reader streaming behind a saturated producer finds nothing now and then for a moment, and
-/// each change of the count costs the producer a miss on `state`'s line (watching from the
-/// first empty look, the saturated 1→1 stream changed it every ~640 records, about once a
-/// microsecond, and ran ×0.74 slower than with the copy always kept). A reader waiting for a
-/// paced record looks hundreds of times between records.
+/// each change of the count costs the producer a miss on `state`'s line. Counted in the
+/// harness's saturated 1→1 (stop 31): watching from the first empty look, the count changed
+/// once every ~640 records (about once a microsecond); from the 16th, once every ~3,700. In a
+/// standalone 1→1 loop, the producer then kept its copy for 0.01–0.15% of its publishes. A reader waiting for a paced record
+/// looks hundreds of times between records.
+#[cfg(not(loom))]
 pub(crate) const WATCH_AFTER: u32 = 16;
+/// Under loom, the first empty look: the models' readers look once before they park, and the
+/// models should explore the writer keeping its copy too.
+#[cfg(loom)]
+pub(crate) const WATCH_AFTER: u32 = 1;
 
 /// The caught-up run after which a reader stops counting as watching: a run this long means the
 /// producer published this many records while the reader paused (see `crate::wait`), so the
@@ -1490,10 +1496,13 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// (see `Writer::next`). Here, after the look at `state`, so that the copy never comes between
     /// the record and the watermark either.
     ///
-    /// The streaming case (nobody watches, parked or closed) is one test and the loop's one jump.
-    /// A first version left the copy in place and marked it stale here when the last watcher had
-    /// left: one compare and jump more in that case, and the saturated 1→1 stream ran ×0.83 of
-    /// the build that always keeps the copy (3 alternating rounds), against ×1.19 for this one.
+    /// The streaming case (nobody watches, parked or closed) is one test against an immediate
+    /// ([`SINGLE_LOOK`]) and the loop's one jump. A first version left the copy in place and
+    /// marked it stale here when the last watcher had left: one compare and jump more in that
+    /// case, and the saturated 1→1 stream ran ×0.83 of the build that always keeps the copy (3
+    /// alternating rounds), against ×1.12 with the mark moved to the start and ×1.22 with the
+    /// mask an immediate too (6 rounds). A loop of ~20 instructions a record at ~4 cycles is that
+    /// sensitive to each one.
     #[inline(always)]
     fn published_single(
         &self,
@@ -1989,18 +1998,25 @@ pub(crate) struct Writer<T> {
     ///
     /// But only while some reader watches (`state`'s watching count, see [`Log::watch`]): the
     /// copy's store is a publish's third, and on the Xeon VM of stops 28–31 a core commits one
-    /// store a cycle unless the next is to the same line, so in a saturated stream the copy
-    /// cost a third more time a record than the record and the watermark alone. A minimal loop
+    /// store a cycle unless the next is to the same line, so in a saturated stream the copy cost
+    /// a publish a third more time than the record and the watermark alone. A minimal loop
     /// publishing alone (stop 31): record and watermark 885–974 M/s; with a store to a line of
     /// its own after them 556–715; to a second word of the watermark's line 776–1035; with two
     /// lines of its own 500–541. With a reader that pauses as logbus's do, the minimal ring that
     /// publishes a run in one loop ran 641 M/s, and 476 when it stored its position every record
     /// (the harness's `ceiling` table). Readers that stream (each look takes a long run, see
     /// [`STREAMING_RUN`]) look at the published end once a run, so the writer's own latest store
-    /// there is usually still in its cache: without the copy, alternating binaries, tput 1→1
-    /// ×1.40 (6 rounds, 1.00–1.60), while the 2 µs-paced 1→1 p50, whose reader polls the
-    /// watermark between records, was ×1.59 worse (211 → 335 ns). So the copy is kept while a
-    /// reader watches, and dropped while all stream.
+    /// there is usually still in its cache. A build that never kept the copy: tput 1→1 ×1.31
+    /// and ×1.40 (6 rounds each), but the 2 µs-paced 1→1 p50, whose reader polls the watermark
+    /// between records, ×1.59 worse (211 → 335 ns). So the copy is kept while a reader watches
+    /// and dropped while all stream: against the copy kept always, alternating binaries, tput
+    /// 1→1 ×1.14 (6 rounds, 1.09–1.28), 1→2 ×1.23 (1.01–1.34), 1→4 ×1.05 (4 rounds each), the 2 µs-paced p50
+    /// ×1.02 (6 rounds, 0.95–1.08), the 50 µs-paced p50 ×0.91 (4 rounds, 0.88–0.94; lower is better). The rest of the gap to
+    /// the build without the copy is the look at the copy a publish must make (one load, compare
+    /// and jump; see [`Log::published_single`] for how much such instructions weigh here).
+    ///
+    /// Earlier, on the 2-core AMD VM (below), a store of the copy measured as costing nothing
+    /// beyond code placement; on the Xeon it is the store commit that bounds a saturated stream.
     ///
     /// Measured on the 2-core VM, ring-like topic, alternating binaries built with the
     /// workspace's code alignment (`.cargo/config.toml`): the 2 µs-paced 1→1 p50 243 → 206 ns
