@@ -1287,6 +1287,8 @@ impl<T: Send + Sync + 'static> Log<T> {
             // a paced publish nothing): [`Log::published_single`] stores it again if a reader
             // still watches, and the streaming case there then has nothing to undo.
             w.next = STALE;
+            // Before the record, never between it and the watermark (see below).
+            keep_store_order();
             copy
         } else {
             self.single_next()
@@ -1478,17 +1480,24 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// the Xeon (alternating binaries, 6 rounds each; its cause was not looked into).
     #[inline(always)]
     fn published(&self, offset: u64, free_barrier: bool) -> Result<u64, PublishError<T>> {
+        let s = self.look_after_publish(free_barrier);
+        if s & (PARKED_MASK | CLOSED) != 0 {
+            return self.published_slow(s, offset);
+        }
+        Ok(offset)
+    }
+
+    /// The publisher's side of the park/wake handshake after a publish: the light barrier, then
+    /// `state` (see Orderings). `free_barrier`: as in [`Log::published`].
+    #[inline(always)]
+    fn look_after_publish(&self, free_barrier: bool) -> u64 {
         if free_barrier {
             light_barrier_as(true);
         } else {
             light_barrier();
         }
         // Acquire: see Orderings (`state`).
-        let s = self.state.load(Ordering::Acquire);
-        if s & (PARKED_MASK | CLOSED) != 0 {
-            return self.published_slow(s, offset);
-        }
-        Ok(offset)
+        self.state.load(Ordering::Acquire)
     }
 
     /// [`Log::published`] for the single writer's short path, which has stored the watermark and
@@ -1510,14 +1519,9 @@ impl<T: Send + Sync + 'static> Log<T> {
         offset: u64,
         free_barrier: bool,
     ) -> Result<u64, PublishError<T>> {
-        if free_barrier {
-            light_barrier_as(true);
-        } else {
-            light_barrier();
-        }
-        // Acquire: see Orderings (`state`). The light barrier above is a compiler fence at
-        // least, so the copy below cannot be moved above the watermark's store either.
-        let s = self.state.load(Ordering::Acquire);
+        // Its light barrier is a compiler fence at least, so the copy below cannot be moved
+        // above the watermark's store either.
+        let s = self.look_after_publish(free_barrier);
         if !unlikely(s & SINGLE_LOOK != 0) {
             return Ok(offset);
         }
