@@ -40,10 +40,13 @@
 //! - stamps / `watermark`: Release store after writing, Acquire load before reading (I2).
 //!   The single writer keeps its next offset in its `Writer`, loaded (Relaxed) from the watermark
 //!   when it claims the role: the previous writer's last store, ordered before the claim by
-//!   `writer_claimed` (Release store, Acquire swap). Its cold paths load its own latest store.
-//! - `state` (parked readers, blocked producers, closed): increments by a waiter are SeqCst RMWs
-//!   followed by `heavy_barrier`; the publisher's load is Acquire after `light_barrier`, so if it
-//!   sees a parked count it also sees the reader's PARKED word (stored before the increment).
+//!   `writer_claimed` (Release store, Acquire swap). Its cold paths, and its short path while no
+//!   reader watches (the copy is then `STALE`), load its own latest store (Relaxed: only this
+//!   writer stores the watermark, and a thread's load sees its own latest store).
+//! - `state` (parked readers, blocked producers, closed, watching readers): increments by a waiter
+//!   (parked or blocked) are SeqCst RMWs followed by `heavy_barrier`; the publisher's load is
+//!   Acquire after `light_barrier`, so if it sees a parked count it also sees the reader's PARKED
+//!   word (stored before the increment).
 //! - `start`: Release store after unlinking trimmed segments; Acquire load by readers.
 //! - `installed`: Release store after the directory entry; Acquire load before a lookup.
 //! - `final_end`: stored (Release) before `state` gets `FINAL`; readers load `state` with Acquire.
@@ -489,8 +492,8 @@ impl<T: Send + Sync + 'static> Log<T> {
     }
 
     /// The watermark as the single writer sees it: the next offset it will publish. For claiming
-    /// the role and the writer's cold paths only; its publishes use `Writer::next`, which always
-    /// equals it (see there for why a copy).
+    /// the role, the writer's cold paths, and its short path while it keeps no copy; otherwise
+    /// its publishes use `Writer::next`, which then equals it (see there for when a copy).
     #[inline(always)]
     fn single_next(&self) -> u64 {
         // Relaxed: the writer reads its own latest store (coherence); a new writer is ordered
@@ -1812,9 +1815,7 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// nothing more (I5).
     #[inline(always)]
     fn after_publish(&self) {
-        light_barrier();
-        // Acquire: see Orderings (`state`).
-        let s = self.state.load(Ordering::Acquire);
+        let s = self.look_after_publish(false);
         if s & (PARKED_MASK | CLOSED) != 0 {
             self.after_publish_slow(s);
         }
