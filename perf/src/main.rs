@@ -2,8 +2,9 @@
 //! same machine, interleaved run by run.
 //!
 //! ```text
-//! cargo run --release -p logbus-perf -- [all|tput|batch|ceiling|lat|lat-slow|idle|memory|floor] [--quick]
-//!                                       [--records N] [--runs K] [--samples S] [--no-wait]
+//! cargo run --release -p logbus-perf -- [all|tput|batch|ceiling|lat|lat-fast|lat-slow|idle|memory|floor]
+//!                                       [--quick] [--records N] [--runs K] [--samples S] [--no-wait]
+//!                                       [--only NAMES] [--subs N] [--period NS]
 //! ```
 //!
 //! Every contender implements [`Bus`]: it starts `subscribers` consumer threads that each call a
@@ -931,6 +932,8 @@ struct Options {
     only: Option<String>,
     /// Throughput fan-outs only with this many subscribers (`--subs N`).
     subs: Option<usize>,
+    /// The `lat` scenario's schedule: one message per this (`--period NS`; 2 µs by default).
+    period: Duration,
 }
 
 /// The ring, channel or retention size every bounded contender gets.
@@ -1356,6 +1359,7 @@ fn main() {
         what: "all".into(),
         only: None,
         subs: None,
+        period: Duration::from_micros(2),
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
@@ -1389,13 +1393,17 @@ fn main() {
                 i += 1;
                 o.subs = Some(num(i).expect("--subs N") as usize);
             }
+            "--period" => {
+                i += 1;
+                o.period = Duration::from_nanos(num(i).expect("--period NS").max(1));
+            }
             "--samples" => {
                 i += 1;
                 o.samples = num(i).expect("--samples S");
                 o.slow_samples = (o.samples / 10).max(100);
             }
-            w @ ("all" | "tput" | "batch" | "ceiling" | "lat" | "lat-slow" | "idle" | "memory"
-            | "floor") => o.what = w.to_owned(),
+            w @ ("all" | "tput" | "batch" | "ceiling" | "lat" | "lat-fast" | "lat-slow"
+            | "idle" | "memory" | "floor") => o.what = w.to_owned(),
             other => {
                 eprintln!("unknown argument {other}");
                 std::process::exit(2);
@@ -1487,7 +1495,8 @@ fn main() {
         ceiling_table(&mut r, &o, &pins, &mut kept);
     }
     for (scenario, period, samples) in [
-        ("lat", Duration::from_micros(2), o.samples),
+        ("lat", o.period, o.samples),
+        ("lat-fast", Duration::from_nanos(300), o.samples),
         ("lat-slow", Duration::from_micros(50), o.slow_samples),
     ] {
         if !want(scenario) {
