@@ -45,8 +45,9 @@ pub enum Overflow {
 /// hint), then yields its time slice for up to `yield_for` (a reader polls `spin_polls / 4` times
 /// between yields, a publisher does not), then parks on its own futex word and costs no CPU until a
 /// publisher wakes it. With `yield_after_batch`, a reader that has caught up with the producers and
-/// taken everything it found pauses before it looks again, yielding at least once and for a time in
-/// proportion to the run it took (32 ns a record, at most 16 µs): readers that share a core take
+/// taken everything it found pauses before it looks again, yielding for a time in proportion to the
+/// run it took (32 ns a record, at most 16 µs; after a run of up to three records, one yield, or a
+/// few spin hints when it yielded less than a microsecond ago): readers that share a core take
 /// turns, and a reader with a core to itself lets records pile up instead of pulling the producer's
 /// cache lines over a few records at a time. A reader that has not caught up never yields. While a
 /// multi-producer publish is in flight at its position (reserved, not yet published) a reader

@@ -81,8 +81,12 @@ pub struct Reader<T: Send + Sync + 'static> {
     /// Whether the log counts this reader as watching its published end between records (see
     /// `Log::watch`): since it last found nothing new there, and until it takes a long run.
     watching: bool,
-    /// Looks in a row that found nothing new, while not watching (see `Log::watch`).
+    /// Looks that found nothing new since the last long run, while not watching (see
+    /// `Log::watch`).
     empty_looks: u32,
+    /// When the waiting thread last yielded after a short run, in [`clock::now_nanos`]'s terms (see
+    /// `wait::pause_after`); a set of readers waited on together keeps it in its first.
+    pub(crate) yielded_at: u64,
     /// Whether this reader, polled as a `Stream`, is announced as parked (see `crate::stream`).
     #[cfg(feature = "async")]
     pub(crate) announced: bool,
@@ -124,6 +128,7 @@ impl<T: Send + Sync + 'static> Reader<T> {
             fed: 0,
             watching: false,
             empty_looks: 0,
+            yielded_at: 0,
             #[cfg(feature = "async")]
             announced: false,
         }
@@ -375,7 +380,12 @@ impl<T: Send + Sync + 'static> Reader<T> {
                 // segment's end (see `wait_any` for what that changes).
                 let cap = (seg.base() + seg.len() as u64).min(self.next.saturating_add(limit));
                 self.fed = if end < cap { end - self.next } else { 0 };
-                self.empty_looks = 0;
+                // A long run, or one cut at the limit (it was behind): streaming, so the empty
+                // looks count afresh. Short runs keep the count: a fast paced stream gives only a
+                // few empty looks between its records (see `WATCH_AFTER`).
+                if self.fed == 0 || self.fed >= STREAMING_RUN {
+                    self.empty_looks = 0;
+                }
                 if self.watching && self.fed >= STREAMING_RUN {
                     // Streaming: it looks once a run now, so the writer may drop its copy.
                     self.log.unwatch();
