@@ -11,8 +11,9 @@
 //! a core take turns, and a reader alone on its core stops pulling the producer's freshly written
 //! cache lines a few records at a time. A short run's pause is one yield, or a few spin hints while
 //! the thread yielded less than a microsecond ago (`pause_after`), so that records paced a few
-//! hundred nanoseconds apart do not land inside a yield each. And a reader whose position is reserved but not yet
-//! published (a multi-producer publish in flight) keeps yielding instead of parking.
+//! hundred nanoseconds apart do not land inside a yield each. And a reader whose position is
+//! reserved but not yet published (a multi-producer publish in flight) keeps yielding instead of
+//! parking.
 //!
 //! A reader of a single-producer log that keeps finding nothing new (`WATCH_AFTER` looks since its
 //! last long run) tells the log it watches the published end, until it takes a long caught-up run
@@ -79,12 +80,16 @@ const SHORTEST_YIELD: Duration = Duration::from_nanos(100);
 /// 1→2 p50 ~950 ns → 54 µs: a reader that keeps finding records never yields). So a reader spins
 /// through such a pause only while it yielded less than this long ago. Readers sharing a core
 /// then still hand it over at every record paced 1 µs or more apart, and a faster stream's reader
-/// taking short runs goes about this long at most between yields. Alternating binaries (medians of 3 runs a round, 6
-/// rounds, ring-like topic), against one yield a pause: 1→1 p50 ×0.66 and p90 ×0.79 at 300 ns,
-/// ×0.77 and ×0.83 at 500 ns, alike at 1 and 2 µs (×0.95–1.03), the 2 µs-paced 1→2 p50 ×0.99
-/// and p90 ×1.01 (8 rounds); that build also counted empty looks across short runs (see
-/// `WATCH_AFTER` in `log`). With 3 µs instead, the 300 ns p90 improved further but readers
-/// sharing a core waited: the 1 µs- and 2 µs-paced 1→2 p90 ~3 µs against ~1–2.
+/// taking short runs goes about this long at most between yields.
+///
+/// Alternating binaries on the 2-vCPU Xeon VM (medians of 3 runs a round, 6 rounds, ring-like
+/// topic), against one yield a pause: 1→1 p50 ×0.66 and p90 ×0.79 at 300 ns, ×0.77 and ×0.83 at
+/// 500 ns, alike at 1 and 2 µs (×0.95–1.03), the 2 µs-paced 1→2 p50 ×0.99 and p90 ×1.01 (8
+/// rounds); that build also counted empty looks across short runs (see `WATCH_AFTER` in `log`).
+/// Saturated 1→1 ×0.97 (8 rounds, 0.66–1.04), whose reader took no short-run pause at all in 10
+/// M records (counted: ~300 pauses, all after long runs), so placement and noise. With 3 µs
+/// instead of 1, the 300 ns p90 improved further but readers sharing a core waited: the 1 µs-
+/// and 2 µs-paced 1→2 p90 ~3 µs against ~1–2.
 const TURN_NANOS: u64 = 1_000;
 
 /// How a reader that caught up with the producers pauses before it looks again.
@@ -411,7 +416,7 @@ mod tests {
     #[test]
     fn a_short_run_spins_only_within_a_turn_of_the_last_yield() {
         let t = 5_000_000; // any clock reading
-        let never = |_| -> u64 { panic!("a long run's pause reads no clock") };
+        let never = || -> u64 { panic!("a long run's pause reads no clock") };
         // A run of one, 0.3 µs after the thread's last yield: spin hints, one a record.
         assert_eq!(pause_after(1, t, || t + 300), Pause::Spin(1));
         assert_eq!(pause_after(3, t, || t + 999), Pause::Spin(3));
@@ -438,11 +443,11 @@ mod tests {
         let long = (SHORTEST_YIELD.as_nanos() / PAUSE_PER_RECORD.as_nanos()) as u64 + 1;
         assert_eq!(long, 4);
         assert_eq!(
-            pause_after(long, t, || never(())),
+            pause_after(long, t, never),
             Pause::YieldFor(batch_pause(long))
         );
         assert_eq!(
-            pause_after(1 << 20, 0, || never(())),
+            pause_after(1 << 20, 0, never),
             Pause::YieldFor(MAX_BATCH_PAUSE)
         );
     }

@@ -2,9 +2,10 @@
 //! same machine, interleaved run by run.
 //!
 //! ```text
-//! cargo run --release -p logbus-perf -- [all|tput|batch|ceiling|lat|lat-fast|lat-slow|idle|memory|floor]
-//!                                       [--quick] [--records N] [--runs K] [--samples S] [--no-wait]
-//!                                       [--only NAMES] [--subs N] [--period NS]
+//! cargo run --release -p logbus-perf --
+//!     [all|tput|batch|ceiling|lat|lat-fast|lat-slow|idle|memory|floor]
+//!     [--quick] [--records N] [--runs K] [--samples S] [--no-wait]
+//!     [--only NAMES] [--subs N] [--period NS]
 //! ```
 //!
 //! Every contender implements [`Bus`]: it starts `subscribers` consumer threads that each call a
