@@ -2085,6 +2085,19 @@ mod tests {
         (log.state.load(Ordering::Relaxed) & WATCHING_MASK) / WATCHING_ONE
     }
 
+    /// A single-producer log without timestamps, with segments of `segment` slots: the log, its
+    /// writer, and a reader from the earliest record.
+    fn single_log(segment: usize) -> (Arc<Log<u64>>, Writer<u64>, Reader<u64>) {
+        let config = TopicConfig::<u64>::default()
+            .single_producer()
+            .timestamps(false)
+            .segment_size(segment);
+        let log = Arc::new(Log::new(&config));
+        let w = log.claim_writer().unwrap();
+        let r = Reader::new(Arc::clone(&log), 0, Start::Earliest).unwrap();
+        (log, w, r)
+    }
+
     /// Looks at the published end `WATCH_AFTER` times, finding nothing each time.
     fn wait_at_end(r: &mut Reader<u64>) {
         for _ in 0..WATCH_AFTER {
@@ -2094,13 +2107,7 @@ mod tests {
 
     #[test]
     fn the_single_writer_keeps_its_copy_only_while_a_reader_watches() {
-        let config = TopicConfig::<u64>::default()
-            .single_producer()
-            .timestamps(false)
-            .segment_size(64);
-        let log = Arc::new(Log::new(&config));
-        let mut w = log.claim_writer().unwrap();
-        let mut r = Reader::new(Arc::clone(&log), 0, Start::Earliest).unwrap();
+        let (log, mut w, mut r) = single_log(64);
         // The first publish takes the long path (the writer has no segment yet), which keeps
         // the copy; the short path keeps none while nobody watches.
         assert_eq!(log.publish(&mut w, 0, None).unwrap(), 0);
@@ -2193,13 +2200,7 @@ mod tests {
 
     #[test]
     fn empty_looks_add_up_across_short_runs_and_start_again_after_a_long_one() {
-        let config = TopicConfig::<u64>::default()
-            .single_producer()
-            .timestamps(false)
-            .segment_size(1024);
-        let log = Arc::new(Log::new(&config));
-        let mut w = log.claim_writer().unwrap();
-        let mut r = Reader::new(Arc::clone(&log), 0, Start::Earliest).unwrap();
+        let (log, mut w, mut r) = single_log(1024);
         // A stream faster than `WATCH_AFTER` looks: a record, then a few empty looks, again.
         let few = WATCH_AFTER / 4;
         let mut v = 0;
