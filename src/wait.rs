@@ -41,7 +41,7 @@ use crate::{
 /// stream of ~31 M records/s takes to publish one. A stream at least that fast fills each pause
 /// with a longer run than the last, so its runs grow to what [`MAX_BATCH_PAUSE`] holds; a slower
 /// one settles at short runs and short pauses (a paced stream's runs of one pause 32 ns: one
-/// yield).
+/// yield, or spin hints within a turn, see [`pause_after`]).
 ///
 /// It was 8 ns (a threshold of 125 M/s) until this VM showed what that costs: the rate where
 /// runs stop growing sat inside the range a saturated producer runs at when line transfers are
@@ -66,7 +66,8 @@ const PAUSE_PER_RECORD: Duration = Duration::from_nanos(32);
 const MAX_BATCH_PAUSE: Duration = Duration::from_micros(16);
 
 /// Less than the shortest `sched_yield` measured on the 2-core VM (~0.1 µs): a pause this short is
-/// one yield, without reading the clock.
+/// not timed, but one yield, or spin hints while the thread yielded less than [`TURN_NANOS`] ago
+/// (which reads the crate's TSC clock, ~9 ns here, rather than `Instant`, ~26 ns).
 const SHORTEST_YIELD: Duration = Duration::from_nanos(100);
 
 /// The longest a reader taking short runs keeps its core without yielding, in nanoseconds (see

@@ -519,9 +519,9 @@ impl<T: Send + Sync + 'static> Log<T> {
         }
     }
 
-    /// A reader of a single-producer log starts watching its published end between records:
-    /// it keeps finding nothing new there, and will look again soon. Returns whether it was counted (see
-    /// [`WATCHING_MASK`]; false on a log with many producers, whose publish keeps no copy).
+    /// A reader of a single-producer log starts watching its published end between records: it
+    /// keeps finding nothing new there, and will look again soon. Returns whether it was counted
+    /// (see [`WATCHING_MASK`]; false on a log with many producers, whose publish keeps no copy).
     #[inline]
     pub(crate) fn watch(&self) -> bool {
         // Relaxed: see Orderings (`state`'s watching count). A compare-exchange, so that a full
@@ -2022,10 +2022,11 @@ pub(crate) struct Writer<T> {
     /// and ×1.40 (6 rounds each), but the 2 µs-paced 1→1 p50, whose reader polls the watermark
     /// between records, ×1.59 worse (211 → 335 ns). So the copy is kept while a reader watches
     /// and dropped while all stream: against the copy kept always, alternating binaries, tput
-    /// 1→1 ×1.14 (6 rounds, 1.09–1.28), 1→2 ×1.23 (1.01–1.34), 1→4 ×1.05 (4 rounds each), the 2 µs-paced p50
-    /// ×1.02 (6 rounds, 0.95–1.08), the 50 µs-paced p50 ×0.91 (4 rounds, 0.88–0.94; lower is better). The rest of the gap to
-    /// the build without the copy is the look at the copy a publish must make (one load, compare
-    /// and jump; see [`Log::published_single`] for how much such instructions weigh here).
+    /// 1→1 ×1.14 (6 rounds, 1.09–1.28), 1→2 ×1.23 (1.01–1.34), 1→4 ×1.05 (4 rounds each), the
+    /// 2 µs-paced p50 ×1.02 (6 rounds, 0.95–1.08), the 50 µs-paced p50 ×0.91 (4 rounds,
+    /// 0.88–0.94; lower is better). The rest of the gap to the build without the copy is the look
+    /// at the copy a publish must make (one load, compare and jump; see
+    /// [`Log::published_single`] for how much such instructions weigh here).
     ///
     /// Earlier, on the 2-core AMD VM (below), a store of the copy measured as costing nothing
     /// beyond code placement; on the Xeon it is the store commit that bounds a saturated stream.
