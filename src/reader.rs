@@ -260,12 +260,14 @@ impl<T: Send + Sync + 'static> Reader<T> {
     // Not `Iterator::next`: a record borrows the reader (a lending cursor), which `Iterator` cannot
     // express without cloning values.
     #[allow(clippy::should_implement_trait)]
+    #[inline]
     pub fn next(&mut self) -> Result<Record<'_, T>, ReadError> {
         self.wait_ready(None, SCAN)?;
         Ok(self.take_one())
     }
 
     /// The next record if one is ready now; [`ReadError::Empty`] otherwise.
+    #[inline]
     pub fn try_next(&mut self) -> Result<Record<'_, T>, ReadError> {
         if self.next >= self.ready && !self.refresh(SCAN)? {
             return Err(ReadError::Empty);
@@ -285,6 +287,7 @@ impl<T: Send + Sync + 'static> Reader<T> {
 
     /// Up to `max` contiguous records, waiting for at least one. A batch never spans segments, so it
     /// may hold fewer than `max` even when more are ready. `max == 0` is treated as 1.
+    #[inline]
     pub fn next_batch(&mut self, max: usize) -> Result<Batch<'_, T>, ReadError> {
         let max = max.max(1) as u64;
         self.wait_ready(None, max)?;
@@ -314,6 +317,7 @@ impl<T: Send + Sync + 'static> Reader<T> {
         Ok(self.take_batch(max))
     }
 
+    #[inline]
     pub(crate) fn take_one(&mut self) -> Record<'_, T> {
         debug_assert!(self.next < self.ready);
         let offset = self.next;
@@ -412,10 +416,18 @@ impl<T: Send + Sync + 'static> Reader<T> {
     }
 
     /// Waits until `[next, ready)` is non-empty (see [`crate::wait`]).
+    #[inline]
     fn wait_ready(&mut self, deadline: Option<Instant>, limit: u64) -> Result<(), ReadError> {
         if self.next < self.ready {
             return Ok(());
         }
+        self.wait_more(deadline, limit)
+    }
+
+    /// [`Reader::wait_ready`] once the records already found are taken: out of line, so that
+    /// a read of a record found before is a compare and the record's address in the caller.
+    #[inline(never)]
+    fn wait_more(&mut self, deadline: Option<Instant>, limit: u64) -> Result<(), ReadError> {
         // Right behind the producer: `wait_any` yields once before it looks (see there).
         let behind = self.fed > 0 && self.log.wait.yield_after_batch;
         if !behind && self.refresh(limit)? {
