@@ -384,7 +384,8 @@ impl<T: Send + Sync + 'static> Reader<T> {
                 // segment's end (see `wait_any` for what that changes).
                 let cap = (seg.base() + seg.len() as u64).min(self.next.saturating_add(limit));
                 self.fed = if end < cap { end - self.next } else { 0 };
-                // A long run, or one cut at the limit (it was behind): streaming, so the empty
+                // A long run, or one cut at the limit or the segment's end (`fed` 0: it was
+                // behind, or the run's last record closed its segment): streaming, so the empty
                 // looks count afresh. Short runs keep the count: a fast paced stream gives only a
                 // few empty looks between its records (see `WATCH_AFTER`).
                 if self.fed == 0 || self.fed >= STREAMING_RUN {
