@@ -244,10 +244,10 @@ impl<T: Send + Sync + 'static> Consumer<T> {
 
     /// Commits every partition's position: a consumer with this name resumes there.
     pub fn commit(&mut self) {
-        for r in &self.readers {
-            self.topic
-                .commit_offset(&self.name, r.partition(), r.position());
-        }
+        self.topic.commit_offsets(
+            &self.name,
+            self.readers.iter().map(|r| (r.partition(), r.position())),
+        );
     }
 
     /// Commits `offset` (the next offset to read) for `partition`. It must not be past the
@@ -261,7 +261,7 @@ impl<T: Send + Sync + 'static> Consumer<T> {
                 position,
             });
         }
-        self.topic.commit_offset(&self.name, partition, offset);
+        self.topic.commit_offsets(&self.name, [(partition, offset)]);
         Ok(())
     }
 

@@ -151,6 +151,9 @@ struct GroupState {
 
 pub(crate) struct GroupShared {
     name: String,
+    /// The key under which the group's offsets are committed in the topic (names cannot contain
+    /// `:`, so it never clashes with a consumer's name).
+    offsets_key: String,
     state: Mutex<GroupState>,
     version: AtomicU64,
 }
@@ -159,6 +162,7 @@ impl GroupShared {
     pub(crate) fn new(name: &str, partitions: u32) -> Self {
         GroupShared {
             name: name.to_owned(),
+            offsets_key: format!("group:{name}"),
             state: Mutex::new(GroupState {
                 next_id: 0,
                 members: Vec::new(),
@@ -171,10 +175,9 @@ impl GroupShared {
         }
     }
 
-    /// The key under which the group's offsets are committed in the topic (names cannot contain
-    /// `:`, so it never clashes with a consumer's name).
-    fn offsets_key(&self) -> String {
-        format!("group:{}", self.name)
+    /// The key the group's offsets are committed under (see the field).
+    fn offsets_key(&self) -> &str {
+        &self.offsets_key
     }
 
     /// Recomputes the target assignment and tells every member. Caller holds the lock.
@@ -303,7 +306,7 @@ impl<T: Send + Sync + 'static> Group<T> {
         let st = lock(&self.shared.state);
         let committed = self
             .topic
-            .committed_offsets(&self.shared.offsets_key())
+            .committed_offsets(self.shared.offsets_key())
             .unwrap_or_else(|| vec![None; st.owner.len()]);
         let name_of = |id: u64| {
             st.members
@@ -426,7 +429,7 @@ impl<T: Send + Sync + 'static> GroupMember<T> {
         }
         self.reported_revoke = None;
         // Step 3: take the target partitions nobody owns.
-        let committed = self.topic.committed_offsets(&self.group.offsets_key());
+        let committed = self.topic.committed_offsets(self.group.offsets_key());
         let mut assigned = Vec::new();
         for p in target {
             if owned.contains(&p) || st.owner[p as usize].is_some() {
@@ -578,10 +581,10 @@ impl<T: Send + Sync + 'static> GroupMember<T> {
 
     /// Commits the position of every assigned partition for the group.
     pub fn commit(&mut self) {
-        let key = self.group.offsets_key();
-        for r in &self.readers {
-            self.topic.commit_offset(&key, r.partition(), r.position());
-        }
+        self.topic.commit_offsets(
+            self.group.offsets_key(),
+            self.readers.iter().map(|r| (r.partition(), r.position())),
+        );
     }
 
     /// Commits `offset` for an assigned partition; it must not pass the position.
@@ -595,7 +598,7 @@ impl<T: Send + Sync + 'static> GroupMember<T> {
             });
         }
         self.topic
-            .commit_offset(&self.group.offsets_key(), partition, offset);
+            .commit_offsets(self.group.offsets_key(), [(partition, offset)]);
         Ok(())
     }
 
@@ -609,7 +612,7 @@ impl<T: Send + Sync + 'static> GroupMember<T> {
         }
         Ok(self
             .topic
-            .committed_offsets(&self.group.offsets_key())
+            .committed_offsets(self.group.offsets_key())
             .and_then(|c| c[partition as usize]))
     }
 
@@ -621,7 +624,7 @@ impl<T: Send + Sync + 'static> GroupMember<T> {
 
     /// Moves every assigned partition back to the group's committed offset (or its start).
     pub fn rollback_to_committed(&mut self) {
-        let committed = self.topic.committed_offsets(&self.group.offsets_key());
+        let committed = self.topic.committed_offsets(self.group.offsets_key());
         for r in &mut self.readers {
             let p = r.partition() as usize;
             let to = committed
@@ -640,7 +643,7 @@ impl<T: Send + Sync + 'static> GroupMember<T> {
     /// Leaves the group (as dropping does): its partitions are released at once.
     pub fn leave(self) {}
 
-    pub(crate) fn offsets_key(&self) -> String {
+    pub(crate) fn offsets_key(&self) -> &str {
         self.group.offsets_key()
     }
 

@@ -647,7 +647,7 @@ impl<T: Send + Sync + 'static> Source<T> {
     fn commit_key(&self, subscription: &str) -> String {
         match self {
             Source::Solo(_) => subscription.to_owned(),
-            Source::Member(m) => m.offsets_key(),
+            Source::Member(m) => m.offsets_key().to_owned(),
         }
     }
 }
@@ -777,13 +777,16 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
 
     /// Commits the processed position of every assigned partition under `key`.
     fn commit(&self, key: &str) {
-        for (p, pos) in self.shared.positions.iter().enumerate() {
-            if self.shared.assigned[p].load(Ordering::SeqCst) {
-                self.topic
-                    // Relaxed: only this thread stores positions.
-                    .commit_offset(key, p as u32, pos.load(Ordering::Relaxed));
-            }
-        }
+        let assigned = self
+            .shared
+            .positions
+            .iter()
+            .enumerate()
+            // SeqCst: see the module's Orderings (`assigned`).
+            .filter(|&(p, _)| self.shared.assigned[p].load(Ordering::SeqCst))
+            // Relaxed: only this thread stores positions.
+            .map(|(p, pos)| (p as u32, pos.load(Ordering::Relaxed)));
+        self.topic.commit_offsets(key, assigned);
     }
 
     fn keep(&self, record: &Record<'_, T>) -> bool {

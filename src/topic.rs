@@ -384,13 +384,22 @@ impl<T: Send + Sync + 'static> Topic<T> {
         lock(&self.inner.offsets).get(name).cloned()
     }
 
-    pub(crate) fn commit_offset(&self, name: &str, partition: u32, offset: u64) {
-        let n = self.inner.partitions.len();
-        let mut offsets = lock(&self.inner.offsets);
-        let slots = offsets
-            .entry(name.to_owned())
-            .or_insert_with(|| vec![None; n]);
-        slots[partition as usize] = Some(offset);
+    /// Commits each `(partition, offset)` under `name`, all under one lock. Only a name's first
+    /// commit allocates (a commit per poll is the usual loop).
+    pub(crate) fn commit_offsets(&self, name: &str, offsets: impl IntoIterator<Item = (u32, u64)>) {
+        fn fill(slots: &mut [Option<u64>], offsets: impl IntoIterator<Item = (u32, u64)>) {
+            for (partition, offset) in offsets {
+                slots[partition as usize] = Some(offset);
+            }
+        }
+        let mut committed = lock(&self.inner.offsets);
+        if let Some(slots) = committed.get_mut(name) {
+            fill(slots, offsets);
+            return;
+        }
+        let mut slots = vec![None; self.inner.partitions.len()];
+        fill(&mut slots, offsets);
+        committed.insert(name.to_owned(), slots);
     }
 
     /// A reader of one partition, starting at `start`.
