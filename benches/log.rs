@@ -6,13 +6,16 @@
 
 use std::{
     hint::black_box,
-    sync::{Arc, Barrier},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Barrier,
+    },
     thread,
     time::{Duration, Instant},
 };
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use logbus::{Producers, ReadError, Start, Topic, TopicConfig};
+use logbus::{Producers, ReadError, Record, Start, Topic, TopicConfig};
 
 const N: u64 = 1 << 16;
 
@@ -116,6 +119,87 @@ fn read(c: &mut Criterion) {
     g.finish();
 }
 
+/// The other ways to read, from one thread, over records already published: a named consumer's
+/// `poll` (Kafka's loop, a commit per poll) and a reader's owning iterator. Their fast paths are
+/// the reader's, one call further out; these benches are how a call that stops inlining shows.
+fn consume(c: &mut Criterion) {
+    let mut g = c.benchmark_group("consume");
+    g.throughput(Throughput::Elements(N));
+    let t = topic(Producers::Single);
+    let mut p = t.producer().unwrap();
+    for i in 0..N {
+        p.publish(i).unwrap();
+    }
+    let mut consumer = t.consumer("bench", Start::Earliest).unwrap();
+    for (name, max, commit) in [
+        ("poll/1", 1, false),
+        ("poll/256", 256, false),
+        ("poll_commit/256", 256, true),
+    ] {
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                consumer.seek_to_beginning();
+                let mut sum = 0u64;
+                let mut n = 0;
+                while n < N {
+                    let batch = consumer.poll(max).unwrap();
+                    n += batch.len() as u64;
+                    sum += batch.values().sum::<u64>();
+                    if commit {
+                        consumer.commit();
+                    }
+                }
+                black_box(sum)
+            })
+        });
+    }
+    let mut r = t.reader(0, Start::Earliest).unwrap();
+    g.bench_function("reader_iter", |b| {
+        b.iter(|| {
+            r.seek(Start::Offset(0)).unwrap();
+            let sum: u64 = r
+                .iter()
+                .take(N as usize)
+                .map(|rec| rec.unwrap().value)
+                .sum();
+            black_box(sum)
+        })
+    });
+    g.finish();
+}
+
+/// A push subscription: records published from this thread, handled on the subscription's own
+/// thread; the time until it has handled them all (`wait_idle`).
+fn subscription(c: &mut Criterion) {
+    let mut g = c.benchmark_group("subscription");
+    g.throughput(Throughput::Elements(N));
+    g.sample_size(20);
+    let t = topic(Producers::Single);
+    let handled = Arc::new(AtomicU64::new(0));
+    let seen = handled.clone();
+    let sub = t
+        .subscribe("bench", Start::Latest, move |r: &Record<'_, u64>| {
+            seen.fetch_add(*r.value() & 1, Ordering::Relaxed);
+            Ok::<(), std::convert::Infallible>(())
+        })
+        .unwrap();
+    let mut p = t.producer().unwrap();
+    g.bench_function("handler", |b| {
+        b.iter_custom(|iters| {
+            let start = Instant::now();
+            for _ in 0..iters {
+                for i in 0..N {
+                    p.publish(i).unwrap();
+                }
+                assert!(sub.wait_idle(Duration::from_secs(60)), "handler stalled");
+            }
+            start.elapsed()
+        })
+    });
+    g.finish();
+    black_box(handled.load(Ordering::Relaxed));
+}
+
 /// One producer thread, `readers` reader threads; time until the slowest reader has all records.
 fn fan_out(mode: Producers, readers: usize, iters: u64) -> Duration {
     let mut total = Duration::ZERO;
@@ -199,5 +283,5 @@ fn cross_thread(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, publish, read, cross_thread);
+criterion_group!(benches, publish, read, consume, subscription, cross_thread);
 criterion_main!(benches);

@@ -21,7 +21,8 @@ pub enum Producers {
 /// What a publisher does when a bounded topic has no room because a subscriber lags.
 ///
 /// Room is counted in records: `Block` and `Reject` need [`TopicConfig::max_records`], and a record
-/// counts against it until every attached reader has read it.
+/// counts against it until every attached reader has read it, as the reader reports its position:
+/// when it next looks for records (see [`ReaderStats`](crate::ReaderStats)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Overflow {
     /// Retention trims old segments whether or not a reader has read them (the default). A reader

@@ -42,7 +42,9 @@ pub struct PartitionStats {
     pub parks: u64,
 }
 
-/// A snapshot of one reader's progress, as last reported by the reader (once per batch).
+/// A snapshot of one reader's progress, as last reported by the reader: at each look for new
+/// records, which finds up to 256 at a time (or the batch size asked for, if larger). A reader
+/// taking them one at a time reports again when it has taken them all.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReaderStats {
     /// The next offset it will read.

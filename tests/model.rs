@@ -5,9 +5,10 @@
 //!
 //! The reference states the rules a user can observe:
 //! - a partition's offsets are dense from 0; `publish` and `publish_batch` go round-robin;
-//! - a reader looks ahead within one segment (at most 256 records, or the batch size asked for) and
-//!   hands out what it saw, even if retention trims it meanwhile; when it next looks and retention
-//!   passed it, it reports `Lagged(n)` for exactly the records it missed and continues at the start;
+//! - a reader looks ahead within one segment (256 records, or the batch size asked for if larger:
+//!   a poll of one record looks 256 ahead too) and hands out what it saw, even if retention trims
+//!   it meanwhile; when it next looks and retention passed it, it reports `Lagged(n)` for exactly
+//!   the records it missed and continues at the start;
 //! - retention (`DropOldest`) trims whole segments and keeps at least `max_records` records; the test
 //!   reads the engine's start after each publish, checks it against those bounds, then adopts it;
 //! - consumers scan their partitions round-robin, commit by name, resume at the committed offset;
@@ -195,8 +196,10 @@ impl Model {
         }
     }
 
-    /// A reader's look: lag, new records (within one segment, at most `limit`), closed or empty.
+    /// A reader's look: lag, new records (within one segment, at most `limit` or `LOOK_AHEAD`,
+    /// whichever is larger), closed or empty.
     fn refresh(&self, r: &mut RefReader, limit: u64) -> Result<bool, ReadError> {
+        let limit = limit.max(LOOK_AHEAD);
         let log = &self.logs[r.partition];
         if r.next < log.start {
             let lost = log.start - r.next;
