@@ -364,7 +364,7 @@ impl<T: Send + Sync + 'static> Reader<T> {
     ///
     /// It looks at least [`SCAN`] records ahead whatever the caller takes (`limit`): a consumer
     /// polling one record at a time then takes the next 255 with a compare each, as
-    /// [`Reader::next`] does, instead of a look-up each (×4.4 for `Consumer::poll(1)` in the
+    /// [`Reader::next`] does, instead of a look-up each (×1.7 for `Consumer::poll(1)` in the
     /// criterion bench). The position other threads see (`moved`) is stored at each look-up, so
     /// it trails the reader's by at most what one look-up found, as it does for `next`.
     fn refresh(&mut self, limit: u64) -> Result<bool, ReadError> {
