@@ -84,6 +84,9 @@ pub struct Reader<T: Send + Sync + 'static> {
     /// Looks that found nothing new since the last long run, while not watching (see
     /// `Log::watch`).
     empty_looks: u32,
+    /// The position last stored in the cursor, where publishers under `Block` and `Reject` and
+    /// the statistics see it.
+    reported: u64,
     /// When the waiting thread last yielded after a short run, in [`clock::now_nanos`]'s terms (see
     /// `wait::pause_after`); a set of readers waited on together keeps it in its first.
     pub(crate) yielded_at: u64,
@@ -128,6 +131,7 @@ impl<T: Send + Sync + 'static> Reader<T> {
             fed: 0,
             watching: false,
             empty_looks: 0,
+            reported: pos,
             yielded_at: 0,
             #[cfg(feature = "async")]
             announced: false,
@@ -200,8 +204,14 @@ impl<T: Send + Sync + 'static> Reader<T> {
     }
 
     /// Stores the position where publishers (Block) and statistics see it.
-    pub(crate) fn publish_position(&self) {
-        self.log.moved(&self.cursor, self.next);
+    pub(crate) fn publish_position(&mut self) {
+        self.report(self.next);
+    }
+
+    /// Stores `pos` in the cursor (see `reported`).
+    fn report(&mut self, pos: u64) {
+        self.reported = pos;
+        self.log.moved(&self.cursor, pos);
     }
 
     /// Moves to `offset` without a range check below the retained range: a position that retention
@@ -211,7 +221,7 @@ impl<T: Send + Sync + 'static> Reader<T> {
         self.next = offset;
         self.ready = offset;
         self.seg = None;
-        self.log.moved(&self.cursor, offset);
+        self.report(offset);
         if back {
             self.log.reader_moved_back();
         }
@@ -375,7 +385,7 @@ impl<T: Send + Sync + 'static> Reader<T> {
             self.next = start;
             self.ready = start;
             self.seg = None;
-            self.log.moved(&self.cursor, start);
+            self.report(start);
             return Err(ReadError::Lagged(lost));
         }
         let shift = self.log.segment_shift();
@@ -404,9 +414,16 @@ impl<T: Send + Sync + 'static> Reader<T> {
                     self.watching = false;
                 }
                 self.ready = end;
-                self.log.moved(&self.cursor, self.next);
+                self.report(self.next);
                 return Ok(true);
             }
+        }
+        if self.reported != self.next {
+            // Caught up, with records taken since the position was last stored (at the look-up
+            // that found them): store it now. Else a reader that only polls (`try_next`,
+            // `Consumer::poll`) and never parks would hold a bounded topic's publishers back,
+            // and show as lagging, for good.
+            self.report(self.next);
         }
         if !self.watching {
             // Nothing new, again: it waits at the end and will look again soon, so the writer

@@ -43,8 +43,9 @@ pub struct PartitionStats {
 }
 
 /// A snapshot of one reader's progress, as last reported by the reader: at each look for new
-/// records, which finds up to 256 at a time (or the batch size asked for, if larger). A reader
-/// taking them one at a time reports again when it has taken them all.
+/// records, which finds up to 256 at a time (or the batch size asked for, if larger), and at the
+/// first look that finds nothing after it took some. A reader taking records one at a time
+/// reports again when it has taken what the last look found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReaderStats {
     /// The next offset it will read.

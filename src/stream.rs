@@ -54,7 +54,7 @@ fn poll_ready<T: Send + Sync + 'static>(
         Ok(None) => {}
     }
     waker.set_task(cx.waker());
-    for r in readers.iter() {
+    for r in readers.iter_mut() {
         r.publish_position();
     }
     with_logs(readers, |logs| Log::announce(logs, waker));

@@ -377,7 +377,7 @@ fn yield_then_park<T: Send + Sync + 'static>(
             continue;
         }
         // Park with every position published, so Block publishers see them.
-        for r in readers.iter() {
+        for r in readers.iter_mut() {
             r.publish_position();
         }
         let recheck = |readers: &mut [Reader<T>]| match scan(readers, from, limit) {

@@ -641,3 +641,100 @@ fn a_refused_slice_publishes_nothing() {
     ));
     assert_eq!(drain(&t, 0), vec![(0, 7), (1, 8)]);
 }
+
+/// A handle that reads without waiting, one of four ways; each call reads what one call of that
+/// way returns (the number of records, or why none).
+fn poller(t: &Topic<u64>, how: &str) -> Box<dyn FnMut() -> Result<usize, ReadError>> {
+    match how {
+        "try_next" => {
+            let mut r = t.reader(0, Start::Earliest).unwrap();
+            Box::new(move || r.try_next().map(|_| 1))
+        }
+        "try_next_batch(3)" => {
+            let mut r = t.reader(0, Start::Earliest).unwrap();
+            Box::new(move || r.try_next_batch(3).map(|b| b.len()))
+        }
+        "poll(1)" | "poll(8)" => {
+            let max = if how == "poll(1)" { 1 } else { 8 };
+            let mut c = t.consumer("c", Start::Earliest).unwrap();
+            Box::new(move || c.poll(max).map(|b| b.len()))
+        }
+        _ => unreachable!("{how}"),
+    }
+}
+
+const POLLERS: [&str; 4] = ["try_next", "try_next_batch(3)", "poll(1)", "poll(8)"];
+
+#[test]
+fn a_reader_that_only_polls_frees_the_room_of_what_it_read() {
+    for how in POLLERS {
+        let t = topic(
+            TopicConfig::default()
+                .max_records(8)
+                .overflow(logbus::Overflow::Reject),
+        );
+        let mut read = poller(&t, how);
+        let mut p = t.producer().unwrap();
+        let mut published = 0;
+        while p.publish(published).is_ok() {
+            published += 1;
+        }
+        assert_eq!(published, 8, "{how}");
+        let mut n = 0;
+        loop {
+            match read() {
+                Ok(k) => n += k,
+                Err(ReadError::Empty) => break,
+                Err(e) => panic!("{how}: {e}"),
+            }
+        }
+        assert_eq!(n, 8, "{how}");
+        // Read to the end and looked once more: its position is where publishers see it.
+        assert_eq!(t.stats().partitions[0].readers[0].lag, 0, "{how}");
+        assert_eq!(
+            p.publish(8).map(|at| at.offset).ok(),
+            Some(8),
+            "{how}: room again"
+        );
+    }
+}
+
+#[test]
+fn a_reader_that_only_polls_lets_a_blocked_publisher_go_on() {
+    const RECORDS: u64 = 200;
+    for how in POLLERS {
+        let t = topic(
+            TopicConfig::default()
+                .max_records(8)
+                .overflow(logbus::Overflow::Block),
+        );
+        let mut read = poller(&t, how);
+        let publisher = {
+            let t = t.clone();
+            thread::spawn(move || {
+                let mut p = t.producer().unwrap();
+                for v in 0..RECORDS {
+                    p.publish(v).unwrap();
+                }
+            })
+        };
+        // A hang guard, not a measurement: before the fix this never finished.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let mut n = 0;
+        while n < RECORDS as usize {
+            match read() {
+                Ok(k) => n += k,
+                Err(ReadError::Empty) => {
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "{how}: stuck after {n} records, the publisher waiting for room"
+                    );
+                    thread::yield_now();
+                }
+                Err(e) => panic!("{how}: {e}"),
+            }
+        }
+        publisher.join().unwrap();
+        assert_eq!(n, RECORDS as usize, "{how}");
+    }
+}
