@@ -665,14 +665,15 @@ fn poller(t: &Topic<u64>, how: &str) -> Box<dyn FnMut() -> Result<usize, ReadErr
 
 const POLLERS: [&str; 4] = ["try_next", "try_next_batch(3)", "poll(1)", "poll(8)"];
 
+/// A topic with room for eight records.
+fn eight_records(overflow: logbus::Overflow) -> Topic<u64> {
+    topic(TopicConfig::default().max_records(8).overflow(overflow))
+}
+
 #[test]
 fn a_reader_that_only_polls_frees_the_room_of_what_it_read() {
     for how in POLLERS {
-        let t = topic(
-            TopicConfig::default()
-                .max_records(8)
-                .overflow(logbus::Overflow::Reject),
-        );
+        let t = eight_records(logbus::Overflow::Reject);
         let mut read = poller(&t, how);
         let mut p = t.producer().unwrap();
         let mut published = 0;
@@ -703,11 +704,7 @@ fn a_reader_that_only_polls_frees_the_room_of_what_it_read() {
 fn a_reader_that_only_polls_lets_a_blocked_publisher_go_on() {
     const RECORDS: u64 = 200;
     for how in POLLERS {
-        let t = topic(
-            TopicConfig::default()
-                .max_records(8)
-                .overflow(logbus::Overflow::Block),
-        );
+        let t = eight_records(logbus::Overflow::Block);
         let mut read = poller(&t, how);
         let publisher = {
             let t = t.clone();
