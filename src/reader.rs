@@ -375,8 +375,9 @@ impl<T: Send + Sync + 'static> Reader<T> {
     /// It looks at least [`SCAN`] records ahead whatever the caller takes (`limit`): a consumer
     /// polling one record at a time then takes the next 255 with a compare each, as
     /// [`Reader::next`] does, instead of a look-up each (×1.7 for `Consumer::poll(1)` in the
-    /// criterion bench). The position other threads see (`moved`) is stored at each look-up, so
-    /// it trails the reader's by at most what one look-up found, as it does for `next`.
+    /// criterion bench). The position other threads see (`report`) is stored at each look-up
+    /// that finds records, so it trails the reader's by at most what one look-up found, and again
+    /// at the first look that finds nothing after records were taken.
     fn refresh(&mut self, limit: u64) -> Result<bool, ReadError> {
         let limit = limit.max(SCAN);
         let start = self.log.start();
