@@ -254,6 +254,7 @@ impl Shared {
         }
     }
 
+    /// The rare half of [`Shared::notify_idle_waiters`]: someone waits.
     #[inline(never)]
     fn notify_changed(&self) {
         let _c = lock(&self.control);
@@ -805,8 +806,8 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
     }
 
     /// Adds one to a statistic. Only this thread writes them, so a load and a store do: a locked
-    /// add per record cost the handler loop about a fifth of its time (criterion
-    /// `subscription/handler`).
+    /// add per record cost the delivery loop about half its time (criterion
+    /// `subscription/handler`: 67–72 → 129–153 M records/s).
     fn count(&self, counter: &AtomicU64) {
         // Relaxed, both: a statistic that only this thread writes; snapshots read it Relaxed.
         counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
