@@ -55,6 +55,13 @@ mod tsc {
 
     use super::{precise_nanos, REANCHOR_NS};
 
+    /// The widest TSC bracket around a wall-clock read that is used as an anchor: 2–10 µs at
+    /// 1–5 GHz, where the read itself takes ~30 ns.
+    const BRACKET_TICKS: u64 = 10_000;
+
+    /// How many times a wide bracket is read again before the anchor is left as it was.
+    const BRACKET_TRIES: u32 = 3;
+
     /// Shortest span over which a tick rate is measured (1 ms: the wall clock's ~30 ns read jitter
     /// is then 30 ppm at most, and each re-anchor refines it).
     const CALIBRATE_NS: u64 = 1_000_000;
@@ -150,11 +157,24 @@ mod tsc {
         if !usable() {
             return None;
         }
-        // Bracket the wall-clock read with two TSC reads and use their midpoint.
-        let t0 = rdtsc();
-        let nanos = precise_nanos();
-        let t1 = rdtsc();
-        let tsc = t0 + (t1.wrapping_sub(t0) / 2);
+        // Bracket the wall-clock read with two TSC reads and use their midpoint. A thread
+        // descheduled inside the bracket would put the anchor off by up to half the gap (a 1 ms
+        // preemption on a busy 2-vCPU VM put stamps 0.5 ms early, past `TOLERANCE_NANOS`), so a
+        // wide bracket is read again; if every try is wide, the precise time is returned and the
+        // old anchor kept, so the next stamp tries again.
+        let mut bracket = None;
+        for _ in 0..BRACKET_TRIES {
+            let t0 = rdtsc();
+            let nanos = precise_nanos();
+            let t1 = rdtsc();
+            if t1.wrapping_sub(t0) <= BRACKET_TICKS {
+                bracket = Some((t0 + (t1 - t0) / 2, nanos));
+                break;
+            }
+        }
+        let Some((tsc, nanos)) = bracket else {
+            return Some(precise_nanos());
+        };
         let mut rate = old.rate_q32;
         let span_ns = nanos.saturating_sub(old.nanos);
         let span_ticks = tsc.wrapping_sub(old.tsc);
