@@ -806,8 +806,8 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
     }
 
     /// Adds one to a statistic. Only this thread writes them, so a load and a store do: a locked
-    /// add per record cost the delivery loop about half its time (criterion
-    /// `subscription/handler`: 67–72 → 129–153 M records/s).
+    /// add per record cost the delivery loop more than half its time (criterion
+    /// `subscription/handler`: 54–60 → 124–165 M records/s).
     fn count(&self, counter: &AtomicU64) {
         // Relaxed, both: a statistic that only this thread writes; snapshots read it Relaxed.
         counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
