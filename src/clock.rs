@@ -160,20 +160,20 @@ mod tsc {
         // Bracket the wall-clock read with two TSC reads and use their midpoint. A thread
         // descheduled inside the bracket would put the anchor off by up to half the gap (a 1 ms
         // preemption on a busy 2-vCPU VM put stamps 0.5 ms early, past `TOLERANCE_NANOS`), so a
-        // wide bracket is read again; if every try is wide, the precise time is returned and the
-        // old anchor kept, so the next stamp tries again.
-        let mut bracket = None;
-        for _ in 0..BRACKET_TRIES {
+        // wide bracket is read again; if every try is wide, the last wall-clock read (precise by
+        // itself) is returned and the old anchor kept, so the next stamp tries again.
+        let mut tries = 0;
+        let (tsc, nanos) = loop {
             let t0 = rdtsc();
             let nanos = precise_nanos();
-            let t1 = rdtsc();
-            if t1.wrapping_sub(t0) <= BRACKET_TICKS {
-                bracket = Some((t0 + (t1 - t0) / 2, nanos));
-                break;
+            let gap = rdtsc().wrapping_sub(t0); // huge if the counter went back (another core's)
+            if gap <= BRACKET_TICKS {
+                break (t0 + gap / 2, nanos);
             }
-        }
-        let Some((tsc, nanos)) = bracket else {
-            return Some(precise_nanos());
+            tries += 1;
+            if tries == BRACKET_TRIES {
+                return Some(nanos);
+            }
         };
         let mut rate = old.rate_q32;
         let span_ns = nanos.saturating_sub(old.nanos);

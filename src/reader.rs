@@ -85,7 +85,7 @@ pub struct Reader<T: Send + Sync + 'static> {
     /// `Log::watch`).
     empty_looks: u32,
     /// The position last stored in the cursor, where publishers under `Block` and `Reject` and
-    /// the statistics see it.
+    /// the statistics see it (only `report` stores it, so the two agree).
     reported: u64,
     /// When the waiting thread last yielded after a short run, in [`clock::now_nanos`]'s terms (see
     /// `wait::pause_after`); a set of readers waited on together keeps it in its first.
@@ -203,9 +203,13 @@ impl<T: Send + Sync + 'static> Reader<T> {
         self.next < self.ready
     }
 
-    /// Stores the position where publishers (Block) and statistics see it.
+    /// Stores the position where publishers (Block) and statistics see it, unless it is stored
+    /// already: before a park the scan's empty look usually has, and a store of the same value
+    /// would only take the cursor's line from the publishers that read it.
     pub(crate) fn publish_position(&mut self) {
-        self.report(self.next);
+        if self.reported != self.next {
+            self.report(self.next);
+        }
     }
 
     /// Stores `pos` in the cursor (see `reported`).
