@@ -98,9 +98,6 @@ impl<T: Send + Sync + 'static> fmt::Debug for Topic<T> {
     }
 }
 
-/// What a log's publish returns: the offset, or the error with the value.
-type PublishResult<T> = Result<u64, PublishError<T>>;
-
 impl<T: Send + Sync + 'static> Topic<T> {
     /// A topic outside any broker. [`Broker::topic`](crate::Broker::topic) is the usual way; this
     /// one checks the configuration but not the name.
@@ -170,9 +167,10 @@ impl<T: Send + Sync + 'static> Topic<T> {
 
     /// Publishes a record (round-robin over partitions) and says where it landed.
     ///
-    /// This convenience path takes and drops a reference to the partition's current segment on
-    /// every call; a [`Producer`] keeps it and is the fast path. On a single-producer topic whose
-    /// producer is held by a `Producer`, this fails with [`PublishError::Busy`].
+    /// Any thread may call it on a shared topic. On a many-producer topic each call pins the
+    /// epoch and looks the partition's segment up; on a single-producer topic it claims the
+    /// producer role for the call, and fails with [`PublishError::Busy`] while a `Producer` holds
+    /// it. A [`Producer`] keeps its segment between publishes and is the fast path.
     pub fn publish(&self, value: T) -> Result<Published, PublishError<T>> {
         let partition = self.next_partition();
         self.publish_at(partition, None, value)
@@ -191,40 +189,26 @@ impl<T: Send + Sync + 'static> Topic<T> {
         partition: u32,
         value: T,
     ) -> Result<Published, PublishError<T>> {
-        self.publish_with(partition, None, value, Log::publish_or_full)
+        let log = &self.inner.partitions[partition as usize];
+        // Measured before anything is reserved: the size function is the application's code.
+        let size = self.size_of(&value);
+        log.publish_or_full(value, None, Some(size))
+            .map(|offset| Published { partition, offset })
     }
 
-    /// Publishes to `partition`, which the caller checked is in range.
+    /// Publishes to `partition`, which the caller checked is in range, without holding a
+    /// writer (see `Log::publish_unheld`).
     fn publish_at(
         &self,
         partition: u32,
         key: Option<u64>,
         value: T,
     ) -> Result<Published, PublishError<T>> {
-        self.publish_with(partition, key, value, |log, w, value, key, size| {
-            log.publish_measured(w, value, key, size, log.overflow())
-        })
-    }
-
-    /// Claims the partition's writer, publishes through `publish`, lets the writer go.
-    #[inline]
-    fn publish_with(
-        &self,
-        partition: u32,
-        key: Option<u64>,
-        value: T,
-        publish: impl FnOnce(&Log<T>, &mut Writer<T>, T, Option<u64>, Option<u64>) -> PublishResult<T>,
-    ) -> Result<Published, PublishError<T>> {
         let log = &self.inner.partitions[partition as usize];
-        // Measured before the writer is claimed: the size function is the application's code.
+        // Measured before anything is reserved: the size function is the application's code.
         let size = self.size_of(&value);
-        let mut w = match log.claim_writer() {
-            Ok(w) => w,
-            Err(_) => return Err(PublishError::Busy(value)),
-        };
-        let result = publish(log, &mut w, value, key, Some(size));
-        log.release_writer(&mut w);
-        result.map(|offset| Published { partition, offset })
+        log.publish_unheld(value, key, Some(size), log.overflow())
+            .map(|offset| Published { partition, offset })
     }
 
     /// Publishes a record to one partition. Errors: [`Error::NoSuchPartition`] (with the value

@@ -1422,6 +1422,67 @@ impl<T: Send + Sync + 'static> Log<T> {
         self.publish_short::<ANY>(w, value, key, size, policy, self.timestamps)
     }
 
+    /// [`Log::publish_measured`] for a caller that holds no writer: the topic's convenience
+    /// paths (`Topic::publish` and the like). `Busy` if a `Producer` holds a single-producer
+    /// log's writer.
+    ///
+    /// A many-producer log's short path writes while pinned instead of through a writer: the
+    /// segment is looked up in the directory under the pin and written without a counted
+    /// reference. That is enough to keep it alive (the directory's reference is released only
+    /// through the epoch, see [`Segment::retain`]), and it spares the reference's two locked
+    /// operations, which a writer taken and dropped per publish pays every time; and the one pin
+    /// the look-up needs anyway. Criterion, `publish/topic_publish/multi` (a stamped topic):
+    /// see the README's Figures. Every other case (a single producer, byte retention, `Reject`, a
+    /// full log) claims a writer for the one publish and takes the usual paths.
+    pub(crate) fn publish_unheld(
+        &self,
+        value: T,
+        key: Option<u64>,
+        size: Option<u64>,
+        policy: Overflow,
+    ) -> Result<u64, PublishError<T>> {
+        if !self.single && self.fast && policy != Overflow::Reject && self.room_cached_multi() {
+            return self.publish_pinned(value, key);
+        }
+        let mut w = match self.claim_writer() {
+            Ok(w) => w,
+            Err(_) => return Err(PublishError::Busy(value)),
+        };
+        let result = self.publish_measured(&mut w, value, key, size, policy);
+        self.release_writer(&mut w);
+        result
+    }
+
+    /// The many-producer short path of [`Log::publish_unheld`]: reserve, write under a pin,
+    /// publish. The caller checked what `publish_short` checks before its own reservation.
+    #[inline]
+    fn publish_pinned(&self, value: T, key: Option<u64>) -> Result<u64, PublishError<T>> {
+        let meta = Meta::new(self.stamp(), key);
+        // Relaxed: see Orderings (`tail`).
+        let offset = self.tail.fetch_add(1, Ordering::Relaxed);
+        if offset & TAIL_CLOSED != 0 {
+            return Err(PublishError::Closed(value));
+        }
+        // Nothing below runs user code until the record is published (I6), except the drop of
+        // a value whose segment is gone (then it is published and trimmed at once, as in `write`).
+        let index = offset >> self.shift;
+        self.prepare(index);
+        let guard = self.epoch.pin();
+        match self.dir.get(index, &guard) {
+            // SAFETY: `offset` is reserved by us and unpublished, and `seg` is its segment (the
+            // directory's entry for its index), alive while we stay pinned: its directory
+            // reference is released only through the epoch. The write, the slot's stamp
+            // included, is before the unpin, so it happens before that release and before
+            // `drop_values` looks at the stamp.
+            Some(seg) => unsafe { self.write_in(seg, offset, value, meta, 0) },
+            None => {
+                drop(guard);
+                drop(value);
+            }
+        }
+        self.published(offset, false)
+    }
+
     /// The short path for the log's kind, else the long path. `stamped` says whether the topic
     /// keeps time stamps (a constant where the caller knows it, so the clock code is left out);
     /// `KIND` is what the caller knows of the log: [`ANY`] (then a single-producer log takes
@@ -1575,7 +1636,6 @@ impl<T: Send + Sync + 'static> Log<T> {
     #[cfg(feature = "async")]
     pub(crate) fn publish_or_full(
         &self,
-        w: &mut Writer<T>,
         value: T,
         key: Option<u64>,
         size: Option<u64>,
@@ -1584,7 +1644,7 @@ impl<T: Send + Sync + 'static> Log<T> {
             Overflow::Block => Overflow::Reject,
             other => other,
         };
-        self.publish_measured(w, value, key, size, policy)
+        self.publish_unheld(value, key, size, policy)
     }
 
     /// The long path of [`Log::publish`]: every policy, every kind of log.
