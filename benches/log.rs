@@ -70,14 +70,16 @@ fn publish(c: &mut Criterion) {
         });
     }
     // The convenience path: a pin and a segment look-up per publish (see `Log::publish_unheld`).
-    let t = topic(Producers::Multi);
-    g.bench_function("topic_publish/multi", |b| {
-        b.iter(|| {
-            for i in 0..N {
-                black_box(t.publish(i).unwrap());
-            }
-        })
-    });
+    for (name, mode) in modes() {
+        let t = topic(mode);
+        g.bench_function(BenchmarkId::new("topic_publish", name), |b| {
+            b.iter(|| {
+                for i in 0..N {
+                    black_box(t.publish(i).unwrap());
+                }
+            })
+        });
+    }
     g.finish();
 }
 

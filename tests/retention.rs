@@ -388,73 +388,74 @@ fn every_value_is_dropped_exactly_once() {
     }
 }
 
-/// `Topic::publish` on a many-producer topic writes under an epoch pin, without a counted
-/// reference to its segment. Threads publishing that way into tiny segments that retention trims
-/// at once (another thread's publish may trim the segment of a record not yet written), with a
-/// reader reading what it can: every offset handed out once, every value dropped once.
+/// `Topic::publish` writes under an epoch pin, without a counted reference to its segment.
+/// Threads publishing that way into tiny segments that retention trims at once (on a
+/// many-producer topic, another thread's publish may trim the segment of a record not yet
+/// written), with a reader reading what it can: every offset handed out once, every value
+/// dropped once. A single-producer topic gets one publishing thread, since a second would find
+/// the role taken (`Busy`).
 #[test]
 fn publishing_through_the_topic_races_retention_and_drops_every_value_once() {
-    let drops = Arc::new(AtomicUsize::new(0));
-    let t = Topic::<Counted>::new(
-        "race",
-        TopicConfig::default().segment_size(2).max_records(2),
-    )
-    .unwrap();
-    let mut r = t.reader(0, Start::Earliest).unwrap();
-    let (threads, each) = (4u64, 5_000u64);
-    let publishers: Vec<_> = (0..threads)
-        .map(|p| {
-            let (t, drops) = (t.clone(), drops.clone());
-            thread::spawn(move || {
-                (0..each)
-                    .map(|i| {
-                        let id = p * each + i;
-                        t.publish(Counted {
-                            id,
-                            drops: drops.clone(),
+    for (producers, threads) in [(Producers::Multi, 4u64), (Producers::Single, 1)] {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let config = TopicConfig::default()
+            .producers(producers)
+            .segment_size(2)
+            .max_records(2);
+        let t = Topic::<Counted>::new("race", config).unwrap();
+        let mut r = t.reader(0, Start::Earliest).unwrap();
+        let each = 5_000u64;
+        let publishers: Vec<_> = (0..threads)
+            .map(|p| {
+                let (t, drops) = (t.clone(), drops.clone());
+                thread::spawn(move || {
+                    (0..each)
+                        .map(|i| {
+                            let id = p * each + i;
+                            let drops = drops.clone();
+                            t.publish(Counted { id, drops }).unwrap().offset
                         })
-                        .unwrap()
-                        .offset
-                    })
-                    .collect::<Vec<u64>>()
+                        .collect::<Vec<u64>>()
+                })
             })
-        })
-        .collect();
-    let total = threads * each;
-    let mut read = 0u64;
-    while read < 1_000 {
-        match r.try_next() {
-            Ok(rec) => {
-                assert!(rec.id < total, "a value that was published");
-                read += 1;
+            .collect();
+        let total = threads * each;
+        let mut read = 0u64;
+        while read < 1_000 {
+            match r.try_next() {
+                Ok(rec) => {
+                    assert!(rec.id < total, "a value that was published");
+                    read += 1;
+                }
+                Err(ReadError::Lagged(_) | ReadError::Empty) => {}
+                Err(e) => panic!("{e}"),
             }
-            Err(ReadError::Lagged(_) | ReadError::Empty) => {}
-            Err(e) => panic!("{e}"),
+            if publishers.iter().all(|h| h.is_finished()) {
+                break;
+            }
         }
-        if publishers.iter().all(|h| h.is_finished()) {
-            break;
+        let mut offsets: Vec<u64> = publishers
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect();
+        offsets.sort_unstable();
+        let dense: Vec<u64> = (0..total).collect();
+        assert_eq!(offsets, dense, "{producers:?}: dense and unique (I1)");
+        drop(r);
+        drop(t);
+        // Trimmed segments are released through the epoch; dropping the topic flushes it.
+        for _ in 0..100 {
+            if drops.load(Ordering::SeqCst) == total as usize {
+                break;
+            }
+            thread::sleep(Duration::from_millis(5));
         }
+        assert_eq!(
+            drops.load(Ordering::SeqCst),
+            total as usize,
+            "{producers:?}"
+        );
     }
-    let mut offsets: Vec<u64> = publishers
-        .into_iter()
-        .flat_map(|h| h.join().unwrap())
-        .collect();
-    offsets.sort_unstable();
-    assert_eq!(
-        offsets,
-        (0..total).collect::<Vec<_>>(),
-        "dense and unique (I1)"
-    );
-    drop(r);
-    drop(t);
-    // Trimmed segments are released through the epoch; dropping the topic flushes it.
-    for _ in 0..100 {
-        if drops.load(Ordering::SeqCst) == total as usize {
-            break;
-        }
-        thread::sleep(Duration::from_millis(5));
-    }
-    assert_eq!(drops.load(Ordering::SeqCst), total as usize);
 }
 
 #[test]

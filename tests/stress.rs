@@ -60,14 +60,17 @@ fn run(producers: u64, readers: usize, per_producer: u64, config: TopicConfig<u6
         .map(|p| {
             let topic = topic.clone();
             thread::spawn(move || {
-                let mut producer = topic.producer().unwrap();
                 let mut offsets = Vec::with_capacity(per_producer as usize);
+                if via == Via::Topic {
+                    for seq in 0..per_producer {
+                        offsets.push(topic.publish(value(p, seq)).unwrap().offset);
+                    }
+                    return offsets;
+                }
+                let mut producer = topic.producer().unwrap();
                 let mut seq = 0;
                 while seq < per_producer {
-                    if via == Via::Topic {
-                        offsets.push(topic.publish(value(p, seq)).unwrap().offset);
-                        seq += 1;
-                    } else if via == Via::Batches && seq % 3 == 0 {
+                    if via == Via::Batches && seq % 3 == 0 {
                         let n = (per_producer - seq).min(1 + seq % 17);
                         let b = producer
                             .publish_batch((seq..seq + n).map(|s| value(p, s)))
@@ -126,6 +129,17 @@ fn four_threads_publish_through_the_topic() {
 fn four_producers_batches_default_segments() {
     let n = 25_000 * scale().max(1);
     run(4, 2, n, TopicConfig::default(), Via::Batches);
+}
+
+/// The convenience path on a single-producer topic: the role claimed per record, the record
+/// written under a pin and published by the watermark.
+#[test]
+fn single_producer_publishes_through_the_topic() {
+    let n = 100_000 * scale().max(1);
+    let config = TopicConfig::default()
+        .producers(Producers::Single)
+        .segment_size(64);
+    run(1, 3, n, config, Via::Topic);
 }
 
 #[test]

@@ -1441,8 +1441,13 @@ impl<T: Send + Sync + 'static> Log<T> {
         size: Option<u64>,
         policy: Overflow,
     ) -> Result<u64, PublishError<T>> {
-        if !self.single && self.fast && policy != Overflow::Reject && self.room_cached_multi() {
-            return self.publish_pinned(value, key);
+        if self.fast {
+            if self.single {
+                return self.publish_pinned_single(value, key, policy);
+            }
+            if policy != Overflow::Reject && self.room_cached_multi() {
+                return self.publish_pinned(value, key);
+            }
         }
         let mut w = match self.claim_writer() {
             Ok(w) => w,
@@ -1450,6 +1455,61 @@ impl<T: Send + Sync + 'static> Log<T> {
         };
         let result = self.publish_measured(&mut w, value, key, size, policy);
         self.release_writer(&mut w);
+        result
+    }
+
+    /// [`Log::publish_unheld`] on a single-producer log without byte retention: claim the
+    /// producer role for this one record, admit it (close, room; `Block` waits here, before the
+    /// pin), write it under a pin, publish it, give the role back.
+    fn publish_pinned_single(
+        &self,
+        value: T,
+        key: Option<u64>,
+        policy: Overflow,
+    ) -> Result<u64, PublishError<T>> {
+        // Acquire: as in `claim_writer`, we continue where the last writer stopped.
+        if self.writer_claimed.swap(true, Ordering::Acquire) {
+            return Err(PublishError::Busy(value));
+        }
+        let next = self.single_next();
+        let mut gone = None;
+        let result = match self.admit_single(next, 1, policy) {
+            Err(r) => Err(r.with(value)),
+            Ok(()) => {
+                // Stamped once admitted, so a publish that waited for room is stamped when it
+                // is appended, and the stamps of a single producer's records never go back.
+                let meta = Meta::new(self.stamp(), key);
+                let index = next >> self.shift;
+                self.prepare(index);
+                let guard = self.epoch.pin();
+                // Nothing below runs user code until the record is published (I6).
+                match self.dir.get(index, &guard) {
+                    Some(seg) => {
+                        // SAFETY: we hold the producer role, so `next` is ours and unpublished;
+                        // `seg` is its segment, alive while we stay pinned (see `publish_pinned`).
+                        unsafe { self.write_in(seg, next, value, meta, 0) };
+                        // What `drop_values` will drop of this segment (a writer that leaves a
+                        // segment says the same, see `release_writer`); before the unpin, so
+                        // before the epoch's release of the segment.
+                        seg.set_filled((next & self.mask) as usize + 1);
+                    }
+                    // Retention removed it (as in `write`): the record is published and
+                    // trimmed at once, its value dropped once the role is given back.
+                    None => gone = Some(value),
+                }
+                drop(guard);
+                // Release: publishes the slot (I2).
+                self.watermark.store(next + 1, Ordering::Release);
+                // Before the role is given back: a close seen here extends the final end to
+                // `single_next`, which only the role's holder may read as the end.
+                self.after_publish();
+                Ok(next)
+            }
+        };
+        // Release: the next claimant sees our watermark (`single_next`).
+        self.writer_claimed.store(false, Ordering::Release);
+        // The application's code, so after the role is given back (a panic leaves it free).
+        drop(gone);
         result
     }
 
@@ -1463,24 +1523,29 @@ impl<T: Send + Sync + 'static> Log<T> {
         if offset & TAIL_CLOSED != 0 {
             return Err(PublishError::Closed(value));
         }
-        // Nothing below runs user code until the record is published (I6), except the drop of
-        // a value whose segment is gone (then it is published and trimmed at once, as in `write`).
+        // Nothing below runs user code until the record is published (I6).
         let index = offset >> self.shift;
         self.prepare(index);
         let guard = self.epoch.pin();
-        match self.dir.get(index, &guard) {
-            // SAFETY: `offset` is reserved by us and unpublished, and `seg` is its segment (the
-            // directory's entry for its index), alive while we stay pinned: its directory
-            // reference is released only through the epoch. The write, the slot's stamp
-            // included, is before the unpin, so it happens before that release and before
-            // `drop_values` looks at the stamp.
-            Some(seg) => unsafe { self.write_in(seg, offset, value, meta, 0) },
-            None => {
-                drop(guard);
-                drop(value);
+        let gone = match self.dir.get(index, &guard) {
+            Some(seg) => {
+                // SAFETY: `offset` is reserved by us and unpublished, and `seg` is its segment
+                // (the directory's entry for its index), alive while we stay pinned: its
+                // directory reference is released only through the epoch. The write, the slot's
+                // stamp included, is before the unpin, so it happens before that release and
+                // before `drop_values` looks at the stamp.
+                unsafe { self.write_in(seg, offset, value, meta, 0) };
+                None
             }
-        }
-        self.published(offset, false)
+            // Retention removed it (a publish descheduled for longer than the retained range
+            // takes to pass by, as in `write`): the record is published and trimmed at once.
+            None => Some(value),
+        };
+        drop(guard);
+        let result = self.published(offset, false);
+        // The application's code (its value's drop), so after the publish.
+        drop(gone);
+        result
     }
 
     /// The short path for the log's kind, else the long path. `stamped` says whether the topic
