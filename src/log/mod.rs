@@ -1147,8 +1147,7 @@ impl<T: Send + Sync + 'static> Log<T> {
                 slots: SlotBase::unset(),
             });
         }
-        // Acquire: pairs with the Release in `release_writer`: we continue where it stopped.
-        if self.writer_claimed.swap(true, Ordering::Acquire) {
+        if !self.claim_role() {
             return Err(Error::ProducerInUse);
         }
         // The watermark the previous writer left is ours to continue from (`single_next`).
@@ -1169,9 +1168,23 @@ impl<T: Send + Sync + 'static> Log<T> {
             }
         }
         if self.single {
-            // Release: the next claimant sees our watermark (`single_next`).
-            self.writer_claimed.store(false, Ordering::Release);
+            self.give_role_back();
         }
+    }
+
+    /// Takes the single-producer role; false if someone holds it.
+    #[inline]
+    fn claim_role(&self) -> bool {
+        // Acquire: pairs with the Release in `give_role_back`: we continue where the last
+        // holder stopped (`single_next`).
+        !self.writer_claimed.swap(true, Ordering::Acquire)
+    }
+
+    /// Gives the single-producer role back.
+    #[inline]
+    fn give_role_back(&self) {
+        // Release: the next claimant sees our watermark (`single_next`).
+        self.writer_claimed.store(false, Ordering::Release);
     }
 
     /// The timestamp for a record published now (0 when the topic keeps no timestamps).
@@ -1469,8 +1482,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         key: Option<u64>,
         policy: Overflow,
     ) -> Result<u64, PublishError<T>> {
-        // Acquire: as in `claim_writer`, we continue where the last writer stopped.
-        if self.writer_claimed.swap(true, Ordering::Acquire) {
+        if !self.claim_role() {
             return Err(PublishError::Busy(value));
         }
         let next = self.single_next();
@@ -1481,25 +1493,8 @@ impl<T: Send + Sync + 'static> Log<T> {
                 // Stamped once admitted, so a publish that waited for room is stamped when it
                 // is appended, and the stamps of a single producer's records never go back.
                 let meta = Meta::new(self.stamp(), key);
-                let index = next >> self.shift;
-                self.prepare(index);
-                let guard = self.epoch.pin();
-                // Nothing below runs user code until the record is published (I6).
-                match self.dir.get(index, &guard) {
-                    Some(seg) => {
-                        // SAFETY: we hold the producer role, so `next` is ours and unpublished;
-                        // `seg` is its segment, alive while we stay pinned (see `publish_pinned`).
-                        unsafe { self.write_in(seg, next, value, meta, 0) };
-                        // What `drop_values` will drop of this segment (a writer that leaves a
-                        // segment says the same, see `release_writer`); before the unpin, so
-                        // before the epoch's release of the segment.
-                        seg.set_filled((next & self.mask) as usize + 1);
-                    }
-                    // Retention removed it (as in `write`): the record is published and
-                    // trimmed at once, its value dropped once the role is given back.
-                    None => gone = Some(value),
-                }
-                drop(guard);
+                // SAFETY: we hold the producer role, so `next` is ours and unpublished.
+                gone = unsafe { self.write_pinned(next, value, meta) };
                 // Release: publishes the slot (I2).
                 self.watermark.store(next + 1, Ordering::Release);
                 // Before the role is given back: a close seen here extends the final end to
@@ -1508,9 +1503,9 @@ impl<T: Send + Sync + 'static> Log<T> {
                 Ok(next)
             }
         };
-        // Release: the next claimant sees our watermark (`single_next`).
-        self.writer_claimed.store(false, Ordering::Release);
-        // The application's code, so after the role is given back (a panic leaves it free).
+        self.give_role_back();
+        // The application's code (a value whose segment is gone), so after the role is given
+        // back: a panic in it leaves the role free.
         drop(gone);
         result
     }
@@ -1525,29 +1520,44 @@ impl<T: Send + Sync + 'static> Log<T> {
         if offset & TAIL_CLOSED != 0 {
             return Err(PublishError::Closed(value));
         }
-        // Nothing below runs user code until the record is published (I6).
+        // SAFETY: the `fetch_add` reserved `offset` for us, and nobody has published it.
+        let gone = unsafe { self.write_pinned(offset, value, meta) };
+        let result = self.published(offset, false);
+        // The application's code (a value whose segment is gone), so after the publish.
+        drop(gone);
+        result
+    }
+
+    /// Writes (and, many producers, publishes) the reserved slot `offset` while pinned, without a
+    /// counted reference to its segment; a single producer's write also records the segment's
+    /// fill. Hands the value back if retention already removed the segment (as in `write`: the
+    /// record is then published and trimmed at once), for the caller to drop once nothing else
+    /// is left to do: the drop is the application's code. Nothing in here runs user code (I6).
+    ///
+    /// # Safety
+    /// The caller reserved `offset` (the `fetch_add`, or it holds the single-producer role) and
+    /// has not published it.
+    #[inline(always)]
+    unsafe fn write_pinned(&self, offset: u64, value: T, meta: Meta) -> Option<T> {
         let index = offset >> self.shift;
         self.prepare(index);
         let guard = self.epoch.pin();
-        let gone = match self.dir.get(index, &guard) {
-            Some(seg) => {
-                // SAFETY: `offset` is reserved by us and unpublished, and `seg` is its segment
-                // (the directory's entry for its index), alive while we stay pinned: its
-                // directory reference is released only through the epoch. The write, the slot's
-                // stamp included, is before the unpin, so it happens before that release and
-                // before `drop_values` looks at the stamp.
-                unsafe { self.write_in(seg, offset, value, meta, 0) };
-                None
-            }
-            // Retention removed it (a publish descheduled for longer than the retained range
-            // takes to pass by, as in `write`): the record is published and trimmed at once.
-            None => Some(value),
+        let Some(seg) = self.dir.get(index, &guard) else {
+            return Some(value);
         };
+        // SAFETY: `offset` is reserved by us and unpublished (this function's contract), and
+        // `seg` is its segment (the directory's entry for its index), alive while we stay
+        // pinned: its directory reference is released only through the epoch. The write, the
+        // slot's stamp included, and the fill below come before the unpin, so they happen
+        // before that release and before `drop_values` looks at them.
+        unsafe { self.write_in(seg, offset, value, meta, 0) };
+        if self.single {
+            // What `drop_values` will drop of this segment; a writer that leaves a segment says
+            // the same (`release_writer`). Only the role's holder writes it, and only forward.
+            seg.set_filled((offset & self.mask) as usize + 1);
+        }
         drop(guard);
-        let result = self.published(offset, false);
-        // The application's code (its value's drop), so after the publish.
-        drop(gone);
-        result
+        None
     }
 
     /// The short path for the log's kind, else the long path. `stamped` says whether the topic
@@ -1921,7 +1931,8 @@ impl<T: Send + Sync + 'static> Log<T> {
     ///
     /// # Safety
     /// The caller reserved `offset` (fetch_add, or it is the single writer), has not published
-    /// it, and `seg` is the segment holding `offset`, which the caller holds a reference to.
+    /// it, and `seg` is the segment holding `offset`, which the caller holds a reference to or
+    /// loaded from the directory and stays pinned for (see [`Log::write_pinned`]).
     #[inline(always)]
     unsafe fn write_in(&self, seg: &Segment<T>, offset: u64, value: T, meta: Meta, size: u64) {
         let i = (offset & self.mask) as usize;

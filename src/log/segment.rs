@@ -322,7 +322,7 @@ impl<T> Segment<T> {
     /// # Safety
     /// `i < self.len()`. The caller reserved the offset `base + i` (so no one else writes this
     /// slot) and has not yet published it (so no one reads it), and holds a reference to the
-    /// segment.
+    /// segment or is pinned and loaded it from the directory (see [`Segment::retain`]).
     #[inline(always)]
     pub(crate) unsafe fn write(&self, i: usize, value: T, meta: Meta) {
         debug_assert!(i < self.len());
