@@ -8,7 +8,7 @@ use std::{collections::HashMap, fmt, hash::Hash, ops::Range, sync::OnceLock};
 
 use crate::{
     broker::{check_name, Broker, BrokerRef},
-    config::{SizeFn, TopicConfig},
+    config::{Overflow, SizeFn, TopicConfig},
     consumer::Consumer,
     error::{Error, PublishError},
     group::{Group, GroupShared},
@@ -189,25 +189,34 @@ impl<T: Send + Sync + 'static> Topic<T> {
         partition: u32,
         value: T,
     ) -> Result<Published, PublishError<T>> {
-        let log = &self.inner.partitions[partition as usize];
-        // Measured before anything is reserved: the size function is the application's code.
-        let size = self.size_of(&value);
-        log.publish_or_full(value, None, Some(size))
-            .map(|offset| Published { partition, offset })
+        let policy = self.inner.partitions[partition as usize].overflow_without_waiting();
+        self.publish_under(partition, None, value, policy)
     }
 
-    /// Publishes to `partition`, which the caller checked is in range, without holding a
-    /// writer (see `Log::publish_unheld`).
+    /// Publishes to `partition`, which the caller checked is in range.
     fn publish_at(
         &self,
         partition: u32,
         key: Option<u64>,
         value: T,
     ) -> Result<Published, PublishError<T>> {
+        let policy = self.inner.partitions[partition as usize].overflow();
+        self.publish_under(partition, key, value, policy)
+    }
+
+    /// Publishes to `partition` under `policy`, without holding a writer (see
+    /// `Log::publish_unheld`).
+    fn publish_under(
+        &self,
+        partition: u32,
+        key: Option<u64>,
+        value: T,
+        policy: Overflow,
+    ) -> Result<Published, PublishError<T>> {
         let log = &self.inner.partitions[partition as usize];
         // Measured before anything is reserved: the size function is the application's code.
         let size = self.size_of(&value);
-        log.publish_unheld(value, key, Some(size), log.overflow())
+        log.publish_unheld(value, key, Some(size), policy)
             .map(|offset| Published { partition, offset })
     }
 

@@ -1540,6 +1540,9 @@ impl<T: Send + Sync + 'static> Log<T> {
     #[inline(always)]
     unsafe fn write_pinned(&self, offset: u64, value: T, meta: Meta) -> Option<T> {
         let index = offset >> self.shift;
+        // Before the pin: installing a segment takes the admin lock, and a thread that waits
+        // pinned holds the epoch back for every log in the process (the pool then gets its
+        // trimmed segments back late or not at all while publishers contend).
         self.prepare(index);
         let guard = self.epoch.pin();
         let Some(seg) = self.dir.get(index, &guard) else {
@@ -1708,20 +1711,15 @@ impl<T: Send + Sync + 'static> Log<T> {
         offset < self.room_end.load(Ordering::Relaxed)
     }
 
-    /// Publishes one record; under `Block`, fails with `Full` instead of waiting (async publishers
-    /// wait as tasks instead, see [`Log::announce_blocked`]).
+    /// The policy for a publish that must not wait: the log's own, but `Reject` for `Block`, so
+    /// that a full log fails with `Full` (async publishers wait as tasks instead, see
+    /// [`Log::announce_blocked`]).
     #[cfg(feature = "async")]
-    pub(crate) fn publish_or_full(
-        &self,
-        value: T,
-        key: Option<u64>,
-        size: Option<u64>,
-    ) -> Result<u64, PublishError<T>> {
-        let policy = match self.overflow {
+    pub(crate) fn overflow_without_waiting(&self) -> Overflow {
+        match self.overflow {
             Overflow::Block => Overflow::Reject,
             other => other,
-        };
-        self.publish_unheld(value, key, size, policy)
+        }
     }
 
     /// The long path of [`Log::publish`]: every policy, every kind of log.
