@@ -254,12 +254,11 @@ impl<T: Send + Sync + 'static> Topic<T> {
         measure(self.inner.partitions[0].size_fn(), &values, &mut sizes);
         let partition = self.next_partition();
         let log = &self.inner.partitions[partition as usize];
-        let mut w = match log.claim_writer() {
-            Ok(w) => w,
-            Err(_) => return Err(PublishError::Busy(values)),
+        let Ok(mut claimed) = log.claim() else {
+            return Err(PublishError::Busy(values));
         };
-        let result = log.publish_batch(&mut w, &mut values, &sizes);
-        log.release_writer(&mut w);
+        let result = log.publish_batch(&mut claimed.w, &mut values, &sizes);
+        drop(claimed);
         match result {
             Ok(offsets) => Ok(PublishedBatch { partition, offsets }),
             Err(e) => Err(e.map(|()| values)),

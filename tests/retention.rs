@@ -718,3 +718,117 @@ fn seeking_to_the_earliest_record_under_block_never_lags() {
         publisher.join().unwrap();
     }
 }
+
+/// How a test publishes: through the topic, one call at a time, or through a `Producer`.
+#[derive(Clone, Copy, Debug)]
+enum Via {
+    Topic,
+    Producer,
+}
+
+/// A record whose drop publishes an echo into its own topic, as an application's value may
+/// (a handle released, a telemetry event sent). A `Data` value is the application's; its drop is
+/// the application's code, which must not run under the engine's lock or between a reservation
+/// and its publish (I6): there a publish into the same topic would deadlock on the lock, find the
+/// single-producer role taken, or wait for the reservation it interrupted.
+enum Echoing {
+    Data {
+        id: u64,
+        home: &'static Topic<Echoing>,
+        tally: Arc<Tally>,
+    },
+    Echo,
+}
+
+/// What the `Data` drops saw.
+#[derive(Default)]
+struct Tally {
+    drops: std::sync::Mutex<Vec<u32>>,
+    failed: std::sync::Mutex<Vec<String>>,
+}
+
+impl Drop for Echoing {
+    fn drop(&mut self) {
+        if let Echoing::Data { id, home, tally } = self {
+            tally.drops.lock().unwrap()[*id as usize] += 1;
+            if let Err(e) = home.publish(Echoing::Echo) {
+                tally.failed.lock().unwrap().push(format!("{e:?}"));
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Echoing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Echoing::Data { id, .. } => write!(f, "Data({id})"),
+            Echoing::Echo => f.write_str("Echo"),
+        }
+    }
+}
+
+#[test]
+fn values_dropped_by_retention_may_publish_into_their_own_topic() {
+    let cases = [
+        (Producers::Multi, Via::Topic, 2u64),
+        (Producers::Multi, Via::Producer, 2),
+        (Producers::Single, Via::Topic, 1),
+    ];
+    for (producers, via, threads) in cases {
+        let config = TopicConfig::default()
+            .producers(producers)
+            .segment_size(2)
+            .max_records(2);
+        // Leaked: the records refer to their topic, which lives as long as the test binary.
+        let home: &'static Topic<Echoing> =
+            Box::leak(Box::new(Topic::new("echoing", config).unwrap()));
+        let each = 20_000u64;
+        let total = threads * each;
+        let tally = Arc::new(Tally::default());
+        *tally.drops.lock().unwrap() = vec![0; total as usize];
+        let publishers: Vec<_> = (0..threads)
+            .map(|p| {
+                let tally = tally.clone();
+                thread::spawn(move || {
+                    let mut producer = match via {
+                        Via::Producer => Some(home.producer().unwrap()),
+                        Via::Topic => None,
+                    };
+                    for i in 0..each {
+                        let id = p * each + i;
+                        let value = Echoing::Data {
+                            id,
+                            home,
+                            tally: tally.clone(),
+                        };
+                        match &mut producer {
+                            Some(producer) => producer.publish(value).unwrap(),
+                            None => home.publish(value).unwrap(),
+                        };
+                    }
+                })
+            })
+            .collect();
+        for h in publishers {
+            h.join().unwrap();
+        }
+        // What was trimmed last is dropped as later publishes cross segments (the epoch releases
+        // it, then the next publisher after a segment switch drops it). Echoes are enough.
+        let mut pushed = 0;
+        while tally.drops.lock().unwrap().contains(&0) && pushed < 1_000_000 {
+            home.publish(Echoing::Echo).unwrap();
+            pushed += 1;
+        }
+        let failed = tally.failed.lock().unwrap().clone();
+        assert!(failed.is_empty(), "{producers:?} {via:?}: {failed:?}");
+        let drops = tally.drops.lock().unwrap();
+        let wrong: Vec<(usize, u32)> = (drops.iter().copied().enumerate())
+            .filter(|&(_, d)| d != 1)
+            .take(10)
+            .collect();
+        assert!(
+            wrong.is_empty(),
+            "{producers:?} {via:?}: (id, drops) not dropped once: {wrong:?}"
+        );
+    }
+}

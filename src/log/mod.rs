@@ -18,7 +18,11 @@
 //! A writer that enters segment `i` makes sure segment `i + 1` is installed (allocated ahead, from
 //! the pool), and the same admin step applies retention: whole segments are unlinked from the
 //! directory and their directory reference is released through crossbeam-epoch (I4), after which
-//! the segment goes back to the pool. A log with a capacity (`max_records` under `Block` or
+//! the segment goes back to the pool. Values that need a drop wait there, retired, for a
+//! publisher to drop them after its publish (I6): the epoch may run the release in any pin,
+//! under the admin lock or between a reservation and its publish. `prepare` sets [`TO_DROP`] in
+//! `state` when the pool holds such segments, and the publisher that next looks at `state` after
+//! publishing drops them ([`Log::drop_retired`]). A log with a capacity (`max_records` under `Block` or
 //! `Reject`) stocks its pool with its whole cycle of segments when it is created
 //! ([`ring_segments`]), so its writers never allocate.
 //!
@@ -56,6 +60,9 @@
 //!   hint that picks between two equally correct ways for the single writer to find its next
 //!   offset (its copy, or its own latest store to the watermark); nothing is read through it.
 //! - `block_yield_nanos`: Relaxed. A tuning hint for blocked publishers; no data depends on it.
+//! - `state`'s `TO_DROP`: Relaxed RMWs. A hint that sends a publisher to the pool, whose mutex
+//!   orders the retired segments themselves; a bit seen late only leaves values waiting for the
+//!   next segment's `prepare` to set it again.
 //! - `room_end`: Relaxed everywhere. It is a hint the short paths trust only as an upper bound (the
 //!   long path recomputes room from the cursors), and as a close flag it is as good as the Relaxed
 //!   `state` load it replaced. `close` stores 0 and the refresh is a read-modify-write that keeps a
@@ -77,7 +84,7 @@ use crate::{
     },
 };
 use directory::Directory;
-use segment::{Meta, Pool, SegRef, Segment};
+use segment::{bar_user_code, Meta, Pool, SegRef, Segment};
 
 /// `tail` bit 63: the log is closed; reservations that see it fail.
 const TAIL_CLOSED: u64 = 1 << 63;
@@ -100,6 +107,12 @@ const PARKED_MASK: u64 = (1 << 24) - 1;
 const CLOSED: u64 = 1 << 24;
 /// `state` bit 25: `final_end` holds the last offset + 1 ever published.
 const FINAL: u64 = 1 << 25;
+/// `state` bit 26: the pool holds retired segments whose values a publisher should drop (see
+/// [`Log::drop_retired`]). In the mask every publish tests, which it keeps an immediate.
+const TO_DROP: u64 = 1 << 26;
+/// What every publish tests in `state` after publishing: parked readers, the log closed, or
+/// retired values to drop.
+const AFTER_LOOK: u64 = PARKED_MASK | CLOSED | TO_DROP;
 /// `state` bits 31..40: number of readers of a single-producer log that watch its published end
 /// between records (see [`Log::watch`]). While it is zero the writer keeps no copy of its next
 /// offset (see `Writer::next`). A hint: a reader that finds it full is not counted, and tries again
@@ -110,12 +123,13 @@ const WATCHING_MASK: u64 = ((1 << 9) - 1) << 31;
 const BLOCKED_ONE: u64 = 1 << 40;
 const BLOCKED_MASK: u64 = ((1 << 24) - 1) << 40;
 /// What a single writer's publish must look at when it finds any of it in `state`: parked
-/// readers, the log closed, readers watching (the copy to store), or a blocked publisher (nothing
-/// to do: in the mask only so that it is bits 0..25 and 31..64, which an instruction's 32-bit
-/// immediate gives, sign-extended; a mask that needed its own register cost the saturated 1→1
-/// stream ×0.92, 6 alternating rounds).
-const SINGLE_LOOK: u64 = PARKED_MASK | CLOSED | WATCHING_MASK | BLOCKED_MASK;
-const _: () = assert!(SINGLE_LOOK == 0xffff_ffff_81ff_ffff);
+/// readers, the log closed, retired values, readers watching (the copy to store), or a blocked
+/// publisher (nothing to do: in the mask only so that its upper bits are all set, which an
+/// instruction's 32-bit immediate gives, sign-extended; a mask that needed its own register cost
+/// the saturated 1→1 stream ×0.92, 6 alternating rounds).
+const SINGLE_LOOK: u64 = AFTER_LOOK | WATCHING_MASK | BLOCKED_MASK;
+const _: () = assert!(SINGLE_LOOK == 0xffff_ffff_85ff_ffff);
+const _: () = assert!(AFTER_LOOK == 0x05ff_ffff);
 
 /// How many looks that find nothing new make a reader count as watching. Not the first: a reader
 /// streaming behind a saturated producer finds nothing now and then for a moment, and each change
@@ -589,6 +603,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         if self.installed.load(Ordering::Acquire) > index + 1 {
             return;
         }
+        let barred = bar_user_code();
         let mut admin = lock(&self.admin);
         let guard = self.epoch.pin();
         // Relaxed: `installed` is only stored under the admin lock we hold.
@@ -603,6 +618,14 @@ impl<T: Send + Sync + 'static> Log<T> {
         let trimmed = self.trim(&mut admin, &guard);
         drop(guard);
         drop(admin);
+        // The pin above, or one since the last segment, may have run the deferred release of a
+        // trimmed segment, or a reader may have let one go: the next look after a publish drops
+        // their values (see `drop_retired`).
+        if self.pool.has_retired() {
+            // Relaxed: see Orderings (`TO_DROP`).
+            self.state.fetch_or(TO_DROP, Ordering::Relaxed);
+        }
+        drop(barred);
         if let Some(start) = trimmed {
             // After the lock: a tracing subscriber is the application's code (I6).
             crate::trace::event!(
@@ -803,6 +826,8 @@ impl<T: Send + Sync + 'static> Log<T> {
 
     /// Publishes a changed copy of the reader list. Caller holds the admin lock.
     fn replace_readers(&self, change: impl FnOnce(&mut Vec<CursorRef>)) {
+        // Under the admin lock, and the pin may run deferred releases (see `segment`'s Lifetime).
+        let _barred = bar_user_code();
         let guard = self.epoch.pin();
         // Relaxed: the list is only replaced under the admin lock, which the caller holds.
         let current = self.readers.load(Ordering::Relaxed, &guard);
@@ -1159,6 +1184,14 @@ impl<T: Send + Sync + 'static> Log<T> {
         })
     }
 
+    /// A writer for one call ([`Log::claim_writer`]), given back when the call is done.
+    pub(crate) fn claim(&self) -> Result<Claimed<'_, T>, Error> {
+        Ok(Claimed {
+            log: self,
+            w: self.claim_writer()?,
+        })
+    }
+
     /// Gives the single-producer role back.
     pub(crate) fn release_writer(&self, w: &mut Writer<T>) {
         (w.limit, w.slots) = (0, SlotBase::unset());
@@ -1464,13 +1497,10 @@ impl<T: Send + Sync + 'static> Log<T> {
                 return self.publish_pinned(value, key);
             }
         }
-        let mut w = match self.claim_writer() {
-            Ok(w) => w,
-            Err(_) => return Err(PublishError::Busy(value)),
+        let Ok(mut claimed) = self.claim() else {
+            return Err(PublishError::Busy(value));
         };
-        let result = self.publish_measured(&mut w, value, key, size, policy);
-        self.release_writer(&mut w);
-        result
+        self.publish_measured(&mut claimed.w, value, key, size, policy)
     }
 
     /// [`Log::publish_unheld`] on a single-producer log without byte retention: claim the
@@ -1487,6 +1517,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         }
         let next = self.single_next();
         let mut gone = None;
+        let mut seen = 0;
         let result = match self.admit_single(next, 1, policy) {
             Err(r) => Err(r.with(value)),
             Ok(()) => {
@@ -1499,14 +1530,20 @@ impl<T: Send + Sync + 'static> Log<T> {
                 self.watermark.store(next + 1, Ordering::Release);
                 // Before the role is given back: a close seen here extends the final end to
                 // `single_next`, which only the role's holder may read as the end.
-                self.after_publish();
+                seen = self.look_after_publish(false);
+                if seen & (PARKED_MASK | CLOSED) != 0 {
+                    self.wake_after_publish(seen);
+                }
                 Ok(next)
             }
         };
         self.give_role_back();
-        // The application's code (a value whose segment is gone), so after the role is given
-        // back: a panic in it leaves the role free.
+        // The application's code (a value whose segment is gone, retired values), so after the
+        // role is given back: a panic in it leaves the role free.
         drop(gone);
+        if seen & TO_DROP != 0 {
+            self.drop_retired();
+        }
         result
     }
 
@@ -1540,6 +1577,8 @@ impl<T: Send + Sync + 'static> Log<T> {
     #[inline(always)]
     unsafe fn write_pinned(&self, offset: u64, value: T, meta: Meta) -> Option<T> {
         let index = offset >> self.shift;
+        // The pin may run deferred releases (see `segment`'s Lifetime).
+        let _barred = bar_user_code();
         // Before the pin: installing a segment takes the admin lock, and a thread that waits
         // pinned holds the epoch back for every log in the process (the pool then gets its
         // trimmed segments back late or not at all while publishers contend).
@@ -1632,7 +1671,7 @@ impl<T: Send + Sync + 'static> Log<T> {
     #[inline(always)]
     fn published(&self, offset: u64, free_barrier: bool) -> Result<u64, PublishError<T>> {
         let s = self.look_after_publish(free_barrier);
-        if s & (PARKED_MASK | CLOSED) != 0 {
+        if s & AFTER_LOOK != 0 {
             return self.published_slow(s, offset);
         }
         Ok(offset)
@@ -1679,7 +1718,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         if s & WATCHING_MASK != 0 {
             w.next = offset + 1;
         }
-        if s & (PARKED_MASK | CLOSED) != 0 {
+        if s & AFTER_LOOK != 0 {
             return self.published_slow(s, offset);
         }
         Ok(offset)
@@ -1959,13 +1998,35 @@ impl<T: Send + Sync + 'static> Log<T> {
     #[inline(always)]
     fn after_publish(&self) {
         let s = self.look_after_publish(false);
-        if s & (PARKED_MASK | CLOSED) != 0 {
+        if s & AFTER_LOOK != 0 {
             self.after_publish_slow(s);
         }
     }
 
+    /// What a publish found in `state` ([`AFTER_LOOK`]): wakes parked readers, settles a close,
+    /// then drops retired values. The caller holds no reservation it has not published and no
+    /// lock; it may hold the single-producer role (a `Producer`'s, or a call's, which it gives
+    /// back on unwinding too), so the drop is the last thing here.
     #[cold]
     fn after_publish_slow(&self, s: u64) {
+        self.wake_after_publish(s);
+        if s & TO_DROP != 0 {
+            self.drop_retired();
+        }
+    }
+
+    /// Drops the values of retired segments (the application's `Drop`). Clears [`TO_DROP`] first,
+    /// so a segment retired meanwhile is found at the next `prepare`.
+    #[cold]
+    fn drop_retired(&self) {
+        // Relaxed: see Orderings (`TO_DROP`).
+        self.state.fetch_and(!TO_DROP, Ordering::Relaxed);
+        self.pool.drop_retired();
+    }
+
+    /// The wake-up and close part of [`Log::after_publish_slow`]; runs no user code.
+    #[cold]
+    fn wake_after_publish(&self, s: u64) {
         if s & PARKED_MASK != 0 {
             self.wake_readers();
         }
@@ -2102,15 +2163,34 @@ impl<T> Drop for Log<T> {
             let list = self.readers.load(Ordering::Relaxed, unprotected());
             drop(list.into_owned());
         }
-        // Push this thread's deferred releases out and let the collector run, so trimmed values
-        // are dropped soon after their log even if no thread pins again.
+        // Push this thread's deferred releases out and let the collector run them, so that the
+        // values of segments trimmed last are dropped here, not by whichever thread pins next
+        // once the pool is gone (where `Segment`'s `Drop` is left to drop them, maybe inside
+        // another log's reservation). Bounded: a thread that stays pinned holds the epoch back.
         guard.flush();
         drop(guard);
-        for _ in 0..2 {
+        let rounds = if std::mem::needs_drop::<T>() && !cfg!(loom) {
+            DROP_ROUNDS
+        } else {
+            2
+        };
+        for _ in 0..rounds {
             self.epoch.pin().flush();
+            self.pool.drop_retired();
+            if self.pool.lent() == 0 {
+                break;
+            }
+            if !cfg!(loom) {
+                yield_now();
+            }
         }
     }
 }
+
+/// How many times a dropped log lets the collector run, at most, waiting for its trimmed
+/// segments (see `Log`'s `Drop`). A few suffice when no other thread is pinned for long (the
+/// epoch must advance twice past a release).
+const DROP_ROUNDS: u32 = 64;
 
 /// Marks a branch as rarely taken, so that the compiler lays the other one out inline (what
 /// `std::hint::cold_path` does, which is newer than the crate's minimum Rust).
@@ -2187,12 +2267,28 @@ pub(crate) struct Writer<T> {
     slots: SlotBase<T>,
 }
 
+/// A writer claimed for one call ([`Log::claim`]), released when dropped: on unwinding too, as a
+/// publish may end by dropping retired values ([`Log::drop_retired`], the application's `Drop`).
+pub(crate) struct Claimed<'a, T: Send + Sync + 'static> {
+    log: &'a Log<T>,
+    pub(crate) w: Writer<T>,
+}
+
+impl<T: Send + Sync + 'static> Drop for Claimed<'_, T> {
+    fn drop(&mut self) {
+        self.log.release_writer(&mut self.w);
+    }
+}
+
 impl<T: Send + Sync + 'static> Writer<T> {
     /// The segment with `index`, switching (and preparing the log) when the writer moves on.
     #[inline]
     fn segment(&mut self, log: &Log<T>, index: u64) -> Option<&Segment<T>> {
         let current = self.seg.as_ref().map(|s| s.base() >> log.shift);
         if current != Some(index) {
+            // Between a reservation and its publish: letting the old segment go, and the pins in
+            // `prepare` and `acquire`, may release segments (see `segment`'s Lifetime).
+            let _barred = bar_user_code();
             if let Some(old) = self.seg.take() {
                 if log.single {
                     // The single writer leaves this segment full (it only moves forward).

@@ -19,8 +19,14 @@
 //! segment is trimmed; each reader and producer that works in it owns one more ([`SegRef`]). A
 //! reference is only ever taken while pinned in the epoch and after loading the segment from the
 //! directory, so the directory's reference is still held (its release is deferred through the epoch).
-//! When the count reaches zero the published values are dropped (each exactly once, I4) and the
-//! segment goes back to its pool or is freed.
+//! When the count reaches zero the segment goes back to its pool. A segment of values that need
+//! no drop is spare at once. Otherwise it waits in the pool's retired list until a publisher,
+//! after its publish, drops the values (each exactly once, I4) and makes it spare
+//! ([`Pool::drop_retired`]). The count can reach zero in places where the application's code
+//! must not run (I6): in a deferred function that any pin anywhere may run, so under the admin
+//! lock or between a reservation and its publish, and in a producer that switches segments
+//! between the two. Debug builds check that no value is dropped in such a place
+//! ([`bar_user_code`]).
 //!
 //! # Orderings
 //! - `refs`: increments are Relaxed (the caller already holds a reference or is pinned, so the
@@ -34,6 +40,9 @@
 //! - `filled` (single producer): stored with Release by the producer when it leaves the segment,
 //!   before it drops its reference; read after the zero-count Acquire fence.
 //! - `bytes`: a Relaxed counter used by byte retention, read under the log's admin lock.
+//! - `Pool::lent`: a Relaxed count of segments out of the pool. Only `Log`'s `Drop` reads it, to
+//!   wait (boundedly) for it to reach zero; the segments themselves come back through the pool's
+//!   mutexes, which order everything done to them.
 //! - `keys` and `wide` (the lazily allocated key and wide-time arrays): installed with an AcqRel
 //!   compare-exchange from null, loaded with Acquire, so whoever uses the pointer sees the
 //!   allocation. A reader only follows one for a slot whose packed time word (`HAS_KEY`, or the
@@ -57,6 +66,43 @@ use crate::sync::{
     touch_pages, values_of, Arc, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Mutex, Ordering,
     SlotBase, UnsafeCell,
 };
+
+#[cfg(all(debug_assertions, not(loom)))]
+std::thread_local! {
+    /// How many places this thread is in where the application's code must not run (I6).
+    static BARRED: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Marks, until dropped, a place where the application's code must not run (I6): under the admin
+/// lock, or between reserving an offset and publishing it. Debug builds count these per thread,
+/// and [`Segment::drop_values`] panics if it would drop values (the application's `Drop`) inside
+/// one; release builds keep nothing. Loom models run their threads on one OS thread, so they do
+/// not count either.
+#[must_use]
+pub(crate) struct UserCodeBarred(());
+
+/// See [`UserCodeBarred`].
+#[inline(always)]
+pub(crate) fn bar_user_code() -> UserCodeBarred {
+    #[cfg(all(debug_assertions, not(loom)))]
+    BARRED.with(|b| b.set(b.get() + 1));
+    UserCodeBarred(())
+}
+
+#[cfg(all(debug_assertions, not(loom)))]
+impl Drop for UserCodeBarred {
+    fn drop(&mut self) {
+        BARRED.with(|b| b.set(b.get() - 1));
+    }
+}
+
+/// Whether this thread is in a place marked by [`bar_user_code`] (always false in release builds).
+fn user_code_barred() -> bool {
+    #[cfg(all(debug_assertions, not(loom)))]
+    return BARRED.with(|b| b.get() != 0);
+    #[cfg(not(all(debug_assertions, not(loom))))]
+    false
+}
 
 /// A cache line, and how far ahead producers fetch the lines they will write ([`AHEAD`] bytes,
 /// [`Segment::prefetch_ahead`]).
@@ -589,15 +635,27 @@ impl<T> Segment<T> {
         // SAFETY: the count reached zero: nobody else references the segment, and it was created by
         // `Box::into_raw` in `Pool::take`.
         let mut seg = unsafe { Box::from_raw(this as *mut Segment<T>) };
-        seg.drop_values();
         match seg.pool.take() {
-            Some(pool) => pool.put(seg),
+            // Nothing to drop (`drop_values` would do nothing): spare at once.
+            Some(pool) if !std::mem::needs_drop::<T>() => pool.put(seg),
+            // The values are the application's, and this may be a place where its code must not
+            // run (see Lifetime): a publisher drops them later.
+            Some(pool) => pool.put_retired(seg),
+            // Not from a pool (tests): dropped here, values and all.
             None => drop(seg),
         }
     }
 
     /// Drops every initialized value (once: the slots are then considered empty).
+    ///
+    /// Debug builds panic if the thread is in a place where the application's code must not run
+    /// ([`bar_user_code`]) and there is a value to drop.
     fn drop_values(&mut self) {
+        self.drop_values_checked(true);
+    }
+
+    /// [`Segment::drop_values`]; `check` says whether to make its debug check.
+    fn drop_values_checked(&mut self, check: bool) {
         if !std::mem::needs_drop::<T>() {
             return;
         }
@@ -611,6 +669,10 @@ impl<T> Segment<T> {
                 i < filled
             };
             if present {
+                assert!(
+                    !(check && user_code_barred()),
+                    "a segment's values dropped where the application's code must not run (I6)"
+                );
                 self.values[i].with_mut(|p| {
                     // SAFETY: the slot was published (stamp or fill count) so it is initialized; we
                     // own the segment exclusively and clear the marks below, so no double drop.
@@ -628,9 +690,11 @@ impl<T> Segment<T> {
 
 impl<T> Drop for Segment<T> {
     fn drop(&mut self) {
-        // Values are dropped in `release`; a segment dropped any other way (straight from the pool)
-        // holds no values: pooled segments were emptied, and `filled`/stamps say so.
-        self.drop_values();
+        // Values are dropped by `Pool::drop_retired`; a spare segment holds none (it was emptied,
+        // and `filled`/stamps say so). A retired one still holds them when its pool goes with its
+        // log before a publisher got to them; then this is the only place left to drop them,
+        // unchecked (see `Log`'s `Drop`, which makes that rare).
+        self.drop_values_checked(false);
         let len = self.len();
         // Relaxed: `&mut self`, nobody else can reach the segment.
         // SAFETY: each is null or a boxed slice of `len` cells (allocated in `array_or_allocate`,
@@ -743,6 +807,11 @@ pub(crate) struct Pool<T> {
     // Boxed on purpose: segments are handed out as raw pointers (`Box::into_raw`) and must not move.
     #[allow(clippy::vec_box)]
     spare: Mutex<Vec<Box<Segment<T>>>>,
+    /// Segments no longer referenced whose values still need dropping (see Lifetime).
+    #[allow(clippy::vec_box)]
+    retired: Mutex<Vec<Box<Segment<T>>>>,
+    /// Segments taken and not yet spare again (see [`Pool::lent`]).
+    lent: AtomicUsize,
 }
 
 impl<T> Pool<T> {
@@ -753,6 +822,8 @@ impl<T> Pool<T> {
             timestamps,
             keep,
             spare: Mutex::new(Vec::new()),
+            retired: Mutex::new(Vec::new()),
+            lent: AtomicUsize::new(0),
         })
     }
 
@@ -823,14 +894,46 @@ impl<T> Pool<T> {
         seg.filled.store(0, Ordering::Relaxed);
         seg.bytes.store(0, Ordering::Relaxed);
         seg.pool = Some(Arc::clone(this));
+        // Relaxed: see `put`.
+        this.lent.fetch_add(1, Ordering::Relaxed);
         Box::into_raw(seg)
     }
 
     fn put(&self, seg: Box<Segment<T>>) {
+        // Relaxed: a count of segments out of the pool, read only by `Log`'s `Drop`, whose lock
+        // or fence orders nothing through it (it only waits for it to reach zero).
+        self.lent.fetch_sub(1, Ordering::Relaxed);
         let mut spare = lock(&self.spare);
         if spare.len() < self.keep {
             spare.push(seg);
         }
+    }
+
+    /// Keeps a segment whose values still need dropping, for [`Pool::drop_retired`].
+    fn put_retired(&self, seg: Box<Segment<T>>) {
+        lock(&self.retired).push(seg);
+    }
+
+    /// Whether segments wait for [`Pool::drop_retired`].
+    pub(crate) fn has_retired(&self) -> bool {
+        !lock(&self.retired).is_empty()
+    }
+
+    /// Drops the values of the segments retired so far and makes them spare. The values are the
+    /// application's: call it only where its code may run (after a publish, holding no lock).
+    pub(crate) fn drop_retired(&self) {
+        let retired = std::mem::take(&mut *lock(&self.retired));
+        for mut seg in retired {
+            seg.drop_values();
+            self.put(seg);
+        }
+    }
+
+    /// How many segments are out of the pool (installed, or held by a reader, a producer or a
+    /// deferred release) and not yet back as spare.
+    pub(crate) fn lent(&self) -> usize {
+        // Relaxed: see `put`.
+        self.lent.load(Ordering::Relaxed)
     }
 
     /// Number of segments waiting for reuse.
