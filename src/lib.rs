@@ -99,7 +99,9 @@
 //! hand the value back; readers drain what was published, then get [`ReadError::Closed`]. Dropping
 //! a reader or consumer releases its cursor (and any `Block` wait it caused); dropping a
 //! [`Subscription`] closes it and joins its thread; values are dropped exactly once (I4), when
-//! retention reclaims their segment or the last handle of the topic goes.
+//! retention reclaims their segment or the last handle of the topic goes. A reclaimed segment's
+//! values are dropped by a publishing thread after one of its publishes, never under the engine's
+//! lock or between a reservation and its publish (I6), so a value's `Drop` may publish too.
 //!
 //! ## Feature flags
 //! | feature | what it adds |

@@ -44,6 +44,14 @@ pub(crate) use std::thread;
 #[cfg(loom)]
 pub(crate) use loom::thread;
 
+/// Thread-local storage (the debug check of where values may be dropped), so that under loom each
+/// modelled thread has its own.
+#[cfg(all(debug_assertions, not(loom)))]
+pub(crate) use std::thread_local;
+
+#[cfg(loom)]
+pub(crate) use loom::thread_local;
+
 pub(crate) use arc_swap::ArcSwap;
 pub(crate) use crossbeam_epoch::{unprotected, Atomic, Guard, Owned, Shared};
 pub(crate) use crossbeam_utils::CachePadded;

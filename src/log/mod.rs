@@ -34,7 +34,8 @@
 //! - I1: `tail` hands out each offset once (`fetch_add`), or the single writer advances the
 //!   `watermark`, which only it stores.
 //! - I2: a slot is read only after an Acquire load saw its stamp, or a watermark above it.
-//! - I4: a segment's values are dropped once, when its last reference goes (see `segment`).
+//! - I4: a segment's values are dropped once, after its last reference goes, by a publisher
+//!   after its publish or by the log's `Drop` (see `segment`).
 //! - `start` only grows, always a segment boundary (or the initial 0), and `start <= end`.
 //!
 //! # Orderings
@@ -621,7 +622,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         // The pin above, or one since the last segment, may have run the deferred release of a
         // trimmed segment, or a reader may have let one go: the next look after a publish drops
         // their values (see `drop_retired`).
-        if self.pool.has_retired() {
+        if std::mem::needs_drop::<T>() && self.pool.has_retired() {
             // Relaxed: see Orderings (`TO_DROP`).
             self.state.fetch_or(TO_DROP, Ordering::Relaxed);
         }

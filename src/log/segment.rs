@@ -25,7 +25,7 @@
 //! ([`Pool::drop_retired`]). The count can reach zero in places where the application's code
 //! must not run (I6): in a deferred function that any pin anywhere may run, so under the admin
 //! lock or between a reservation and its publish, and in a producer that switches segments
-//! between the two. Debug builds check that no value is dropped in such a place
+//! between the two. Debug builds and loom models check that no value is dropped in such a place
 //! ([`bar_user_code`]).
 //!
 //! # Orderings
@@ -67,40 +67,47 @@ use crate::sync::{
     SlotBase, UnsafeCell,
 };
 
+// The count behind [`UserCodeBarred`]: debug builds, and loom models (built for release, but
+// each modelled thread has its own count there).
 #[cfg(all(debug_assertions, not(loom)))]
-std::thread_local! {
+crate::sync::thread_local! {
     /// How many places this thread is in where the application's code must not run (I6).
     static BARRED: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
-/// Marks, until dropped, a place where the application's code must not run (I6): under the admin
-/// lock, or between reserving an offset and publishing it. Debug builds count these per thread,
-/// and [`Segment::drop_values`] panics if it would drop values (the application's `Drop`) inside
-/// one; release builds keep nothing. Loom models run their threads on one OS thread, so they do
-/// not count either.
-#[must_use]
-pub(crate) struct UserCodeBarred(());
-
-/// See [`UserCodeBarred`].
-#[inline(always)]
-pub(crate) fn bar_user_code() -> UserCodeBarred {
-    #[cfg(all(debug_assertions, not(loom)))]
-    BARRED.with(|b| b.set(b.get() + 1));
-    UserCodeBarred(())
+// Loom's macro takes no `const` initializer.
+#[cfg(loom)]
+crate::sync::thread_local! {
+    static BARRED: std::cell::Cell<u32> = std::cell::Cell::new(0);
 }
 
-#[cfg(all(debug_assertions, not(loom)))]
+#[cfg(any(debug_assertions, loom))]
 impl Drop for UserCodeBarred {
     fn drop(&mut self) {
         BARRED.with(|b| b.set(b.get() - 1));
     }
 }
 
+/// Marks, until dropped, a place where the application's code must not run (I6): under the admin
+/// lock, or between reserving an offset and publishing it. Debug builds and loom models count
+/// these per thread, and [`Segment::drop_values`] panics if it would drop values (the
+/// application's `Drop`) inside one; release builds keep nothing.
+#[must_use]
+pub(crate) struct UserCodeBarred(());
+
+/// See [`UserCodeBarred`].
+#[inline(always)]
+pub(crate) fn bar_user_code() -> UserCodeBarred {
+    #[cfg(any(debug_assertions, loom))]
+    BARRED.with(|b| b.set(b.get() + 1));
+    UserCodeBarred(())
+}
+
 /// Whether this thread is in a place marked by [`bar_user_code`] (always false in release builds).
 fn user_code_barred() -> bool {
-    #[cfg(all(debug_assertions, not(loom)))]
+    #[cfg(any(debug_assertions, loom))]
     return BARRED.with(|b| b.get() != 0);
-    #[cfg(not(all(debug_assertions, not(loom))))]
+    #[cfg(not(any(debug_assertions, loom)))]
     false
 }
 
@@ -660,11 +667,14 @@ impl<T> Segment<T> {
             return;
         }
         let stamped = !self.stamps.is_empty();
-        // Relaxed loads: we own the segment exclusively, after the Acquire fence in `release`.
-        let filled = self.filled.load(Ordering::Relaxed);
+        // Each mark is cleared before its value is dropped: a `Drop` that panics leaves the values
+        // after it leaked (the segment is then freed as it unwinds), never dropped twice.
+        // Relaxed: we own the segment exclusively, after the Acquire fence in `release`.
+        let filled = self.filled.swap(0, Ordering::Relaxed);
         for i in 0..self.values.len() {
             let present = if stamped {
-                self.stamps[i].load(Ordering::Relaxed) != 0
+                // Relaxed: as for `filled`.
+                self.stamps[i].swap(0, Ordering::Relaxed) != 0
             } else {
                 i < filled
             };
@@ -675,16 +685,11 @@ impl<T> Segment<T> {
                 );
                 self.values[i].with_mut(|p| {
                     // SAFETY: the slot was published (stamp or fill count) so it is initialized; we
-                    // own the segment exclusively and clear the marks below, so no double drop.
+                    // own the segment exclusively and cleared its mark above, so no double drop.
                     unsafe { (*p).assume_init_drop() };
                 });
-                if stamped {
-                    self.stamps[i].store(0, Ordering::Relaxed);
-                }
             }
         }
-        // Relaxed: exclusive access, as for the loads above.
-        self.filled.store(0, Ordering::Relaxed);
     }
 }
 
