@@ -1657,8 +1657,10 @@ impl<T: Send + Sync + 'static> Log<T> {
         value: T,
         meta: Meta,
     ) -> Result<u64, PublishError<T>> {
-        self.write(w, offset, value, meta, 0);
+        let gone = self.write(w, offset, value, meta, 0);
         self.after_publish();
+        // The application's code (see `write`), so after the publish.
+        drop(gone);
         Ok(offset)
     }
 
@@ -1798,11 +1800,13 @@ impl<T: Send + Sync + 'static> Log<T> {
             }
         };
         // Nothing below runs user code until the record is published (I6).
-        self.write(w, offset, value, meta, size);
+        let gone = self.write(w, offset, value, meta, size);
         if self.single {
             self.publish_single_up_to(w, offset + 1);
         }
         self.after_publish();
+        // The application's code (see `write`), so after the publish.
+        drop(gone);
         Ok(offset)
     }
 
@@ -1882,6 +1886,8 @@ impl<T: Send + Sync + 'static> Log<T> {
         let end = first + n;
         // From here the values are ours to move (moving bytes runs no user code: I6).
         taken();
+        // Values whose segment retention removed before they were written (many producers).
+        let mut gone = Vec::new();
         if self.single && self.fast {
             // The common case in a tight loop: one writer, no sizes to count. One copy per
             // segment's run.
@@ -1896,7 +1902,8 @@ impl<T: Send + Sync + 'static> Log<T> {
                     Some(seg) => unsafe {
                         seg.write_values((offset & self.mask) as usize, src.add(k), len, meta)
                     },
-                    // Trimmed already (see `write`): the values are dropped here, exactly once.
+                    // Trimmed already (see `write`; a single writer's own segment never is, as
+                    // retention stops at its watermark): the values are dropped here, exactly once.
                     // SAFETY: the values are as above, and dropped once. On the slice path
                     // (`publish_copies`) `src` comes from a shared borrow, but its values are
                     // `Copy`, which have no drop glue: the call reads and writes nothing there.
@@ -1926,8 +1933,9 @@ impl<T: Send + Sync + 'static> Log<T> {
                             unsafe { self.write_in(seg, o, value, meta, size) };
                         }
                     }
-                    // Trimmed already (see `write`): the values are dropped here, exactly once.
-                    None => run.for_each(|(_, value)| drop(value)),
+                    // Trimmed already (see `write`): the values are dropped once the whole run
+                    // is published, exactly once (the rest of the run is still reserved here).
+                    None => gone.extend(run.map(|(_, value)| value)),
                 }
             }
         }
@@ -1935,6 +1943,7 @@ impl<T: Send + Sync + 'static> Log<T> {
             self.publish_single_up_to(w, first + n);
         }
         self.after_publish();
+        drop(gone);
         Ok(first..first + n)
     }
 
@@ -1950,19 +1959,21 @@ impl<T: Send + Sync + 'static> Log<T> {
         })
     }
 
-    /// Writes (and, multi-producer, publishes) one reserved slot.
+    /// Writes (and, multi-producer, publishes) one reserved slot. Hands the value back if
+    /// retention already removed the segment (only possible when a multi-producer publish was
+    /// descheduled for longer than the retained range takes to pass by): the record is then
+    /// published and trimmed at once, and the caller drops the value, exactly once, after the
+    /// publish (its drop is the application's code, I6).
     #[inline]
-    fn write(&self, w: &mut Writer<T>, offset: u64, value: T, meta: Meta, size: u64) {
+    #[must_use]
+    fn write(&self, w: &mut Writer<T>, offset: u64, value: T, meta: Meta, size: u64) -> Option<T> {
         let Some(seg) = w.segment(self, offset >> self.shift) else {
-            // Retention already removed this segment (only possible when a multi-producer publish
-            // was descheduled for longer than the retained range takes to pass by): the record is
-            // published and trimmed at once. Its value is dropped here, exactly once.
-            drop(value);
-            return;
+            return Some(value);
         };
         // SAFETY: `offset` is reserved by us and unpublished, and `seg` is its segment, held by
         // `w`.
         unsafe { self.write_in(seg, offset, value, meta, size) };
+        None
     }
 
     /// Writes (and, multi-producer, publishes) one reserved slot of `seg`.
