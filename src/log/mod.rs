@@ -1935,7 +1935,9 @@ impl<T: Send + Sync + 'static> Log<T> {
                     }
                     // Trimmed already (see `write`): the values are dropped once the whole run
                     // is published, exactly once (the rest of the run is still reserved here).
-                    None => gone.extend(run.map(|(_, value)| value)),
+                    None if std::mem::needs_drop::<T>() => gone.extend(run.map(|(_, v)| v)),
+                    // Nothing to drop: the bitwise reads are skipped too.
+                    None => {}
                 }
             }
         }
