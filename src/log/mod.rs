@@ -222,18 +222,28 @@ impl Waker {
 
     /// Stores the task to wake (async waiters, before they announce themselves).
     #[cfg(feature = "async")]
+    ///
+    /// Cloning a waker and dropping one run the executor's code, so both happen outside the
+    /// lock (I6). Only the waiter's own future stores here; a publisher may take the old task
+    /// between the two locks, and wakes it, which is harmless.
     pub(crate) fn set_task(&self, task: &std::task::Waker) {
-        let mut slot = lock(&self.task);
-        match slot.as_ref() {
-            Some(old) if old.will_wake(task) => {}
-            _ => *slot = Some(task.clone()),
+        if lock(&self.task)
+            .as_ref()
+            .is_some_and(|old| old.will_wake(task))
+        {
+            return;
         }
+        let new = task.clone();
+        let old = lock(&self.task).replace(new);
+        drop(old);
     }
 
-    /// Forgets the stored task (a dropped future).
+    /// Forgets the stored task (a dropped future). The waker is dropped after the lock is
+    /// released (see `set_task`).
     #[cfg(feature = "async")]
     pub(crate) fn clear_task(&self) {
-        lock(&self.task).take();
+        let old = lock(&self.task).take();
+        drop(old);
     }
 
     /// Wakes the stored task, if any. The waker runs after the lock is released: it is the
@@ -892,12 +902,15 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// re-check for room afterwards (see [`Log::room_for_one`]) and withdraw once per announce.
     #[cfg(feature = "async")]
     pub(crate) fn announce_blocked(&self, task: &std::task::Waker) {
+        // Cloned, and dropped if not needed, outside the lock: the executor's code (I6).
+        let mut mine = Some(task.clone());
         {
             let mut tasks = lock(&self.blocked_tasks);
             if !tasks.iter().any(|t| t.will_wake(task)) {
-                tasks.push(task.clone());
+                tasks.extend(mine.take());
             }
         }
+        drop(mine);
         // SeqCst: the same handshake as `wait_for_room` (see Orderings, `state`).
         self.state.fetch_add(BLOCKED_ONE, Ordering::SeqCst);
         heavy_barrier();
@@ -2180,31 +2193,40 @@ impl<T> Drop for Log<T> {
         // Push this thread's deferred releases out and let the collector run them, so that the
         // values of segments trimmed last are dropped here, not by whichever thread pins next
         // once the pool is gone (where `Segment`'s `Drop` is left to drop them, maybe inside
-        // another log's reservation). Bounded: a thread that stays pinned holds the epoch back.
+        // another log's reservation). Bounded: a thread descheduled while pinned holds the epoch
+        // back until it runs again, so after a few rounds this sleeps between them, letting such
+        // threads run, for at most about `DROP_WAIT` in all.
         guard.flush();
         drop(guard);
         let rounds = if std::mem::needs_drop::<T>() && !cfg!(loom) {
-            DROP_ROUNDS
+            DROP_YIELDS + DROP_NAPS
         } else {
             2
         };
-        for _ in 0..rounds {
+        for round in 0..rounds {
             self.epoch.pin().flush();
             self.pool.drop_retired();
             if self.pool.lent() == 0 {
                 break;
             }
-            if !cfg!(loom) {
+            if cfg!(loom) {
+                // Loom's collector runs what is left when the log's `Epoch` goes.
+            } else if round < DROP_YIELDS {
                 yield_now();
+            } else {
+                std::thread::sleep(DROP_WAIT / DROP_NAPS);
             }
         }
     }
 }
 
-/// How many times a dropped log lets the collector run, at most, waiting for its trimmed
-/// segments (see `Log`'s `Drop`). A few suffice when no other thread is pinned for long (the
-/// epoch must advance twice past a release).
-const DROP_ROUNDS: u32 = 64;
+/// How a dropped log waits for the segments it trimmed last to come back through the epoch (see
+/// `Log`'s `Drop`): this many rounds with a yield between them (a few suffice when no thread stays
+/// pinned: the epoch must advance twice past a release), then `DROP_NAPS` rounds with a sleep,
+/// `DROP_WAIT` in all. Only logs of values that need a drop wait, and only while segments are out.
+const DROP_YIELDS: u32 = 8;
+const DROP_NAPS: u32 = 50;
+const DROP_WAIT: Duration = Duration::from_millis(20);
 
 /// Marks a branch as rarely taken, so that the compiler lays the other one out inline (what
 /// `std::hint::cold_path` does, which is newer than the crate's minimum Rust).

@@ -1,0 +1,219 @@
+//! Where the values that retention removes are dropped: on a publishing thread after its publish,
+//! never under the engine's lock or between a reservation and its publish (I6), and each exactly
+//! once (I4), even when a `Drop` panics. Debug builds (the README's `cargo test`) also check every
+//! such drop against the places the engine marks as closed to the application's code.
+//!
+//! A test binary of its own: these tests pin the epoch from many threads for a while, which would
+//! hold back the reclamation other tests in the same process wait for.
+
+use std::{
+    sync::{Arc, Mutex, MutexGuard},
+    thread,
+    time::Duration,
+};
+
+use logbus::{Producers, Topic, TopicConfig};
+
+/// How a test publishes: through the topic, one call at a time, or through a `Producer`.
+#[derive(Clone, Copy, Debug)]
+enum Via {
+    Topic,
+    Producer,
+}
+
+/// A record whose drop publishes an echo into its own topic, as an application's value may
+/// (a handle released, a telemetry event sent). A `Data` value is the application's; its drop is
+/// the application's code, which must not run under the engine's lock or between a reservation
+/// and its publish (I6): there a publish into the same topic would deadlock on the lock, find the
+/// single-producer role taken, or wait for the reservation it interrupted.
+enum Echoing {
+    Data {
+        id: u64,
+        home: &'static Topic<Echoing>,
+        tally: Arc<Tally>,
+    },
+    Echo,
+}
+
+/// What the `Data` drops saw.
+#[derive(Default)]
+struct Tally {
+    drops: Mutex<Vec<u32>>,
+    failed: Mutex<Vec<String>>,
+}
+
+impl Drop for Echoing {
+    fn drop(&mut self) {
+        if let Echoing::Data { id, home, tally } = self {
+            lock(&tally.drops)[*id as usize] += 1;
+            if let Err(e) = home.publish(Echoing::Echo) {
+                lock(&tally.failed).push(format!("{e:?}"));
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Echoing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Echoing::Data { id, .. } => write!(f, "Data({id})"),
+            Echoing::Echo => f.write_str("Echo"),
+        }
+    }
+}
+
+#[test]
+fn values_dropped_by_retention_may_publish_into_their_own_topic() {
+    let cases = [
+        (Producers::Multi, Via::Topic, 2u64),
+        (Producers::Multi, Via::Producer, 2),
+        (Producers::Single, Via::Topic, 1),
+    ];
+    for (producers, via, threads) in cases {
+        let config = TopicConfig::default()
+            .producers(producers)
+            .segment_size(2)
+            .max_records(2);
+        // Leaked: the records refer to their topic, which lives as long as the test binary.
+        let home: &'static Topic<Echoing> =
+            Box::leak(Box::new(Topic::new("echoing", config).unwrap()));
+        let each = 20_000u64;
+        let total = threads * each;
+        let tally = Arc::new(Tally::default());
+        *lock(&tally.drops) = vec![0; total as usize];
+        let publishers: Vec<_> = (0..threads)
+            .map(|p| {
+                let tally = tally.clone();
+                thread::spawn(move || {
+                    let mut producer = match via {
+                        Via::Producer => Some(home.producer().unwrap()),
+                        Via::Topic => None,
+                    };
+                    for i in 0..each {
+                        let id = p * each + i;
+                        let value = Echoing::Data {
+                            id,
+                            home,
+                            tally: tally.clone(),
+                        };
+                        match &mut producer {
+                            Some(producer) => producer.publish(value).unwrap(),
+                            None => home.publish(value).unwrap(),
+                        };
+                    }
+                })
+            })
+            .collect();
+        for h in publishers {
+            h.join().unwrap();
+        }
+        // What was trimmed last is dropped as later publishes cross segments (the epoch releases
+        // it, then the next publisher after a segment switch drops it). Echoes are enough.
+        let mut pushed = 0;
+        while lock(&tally.drops).contains(&0) && pushed < 1_000_000 {
+            home.publish(Echoing::Echo).unwrap();
+            pushed += 1;
+        }
+        let failed = lock(&tally.failed).clone();
+        assert!(failed.is_empty(), "{producers:?} {via:?}: {failed:?}");
+        let drops = lock(&tally.drops);
+        let wrong: Vec<(usize, u32)> = (drops.iter().copied().enumerate())
+            .filter(|&(_, d)| d != 1)
+            .take(10)
+            .collect();
+        assert!(
+            wrong.is_empty(),
+            "{producers:?} {via:?}: (id, drops) not dropped once: {wrong:?}"
+        );
+    }
+}
+
+/// A value whose `Drop` panics once (the value with id `ARMED`).
+struct Bomb {
+    id: u64,
+    drops: Arc<Mutex<Vec<u32>>>,
+}
+
+const ARMED: u64 = 10;
+
+impl Drop for Bomb {
+    fn drop(&mut self) {
+        lock(&self.drops)[self.id as usize] += 1;
+        if self.id == ARMED {
+            panic!("the application's Drop panics");
+        }
+    }
+}
+
+/// Retention drops values after a publish, on the publishing thread: a `Drop` that panics there
+/// reaches that publish's caller (the record is published by then). No value is dropped twice,
+/// and the topic goes on working: a publish that claimed the single-producer role for the call
+/// (byte retention takes that path) gives it back as it unwinds.
+#[test]
+fn a_panicking_drop_reaches_the_publisher_and_breaks_nothing() {
+    let cases = [
+        (Producers::Single, false),
+        (Producers::Single, true),
+        (Producers::Multi, false),
+        (Producers::Multi, true),
+    ];
+    for (producers, by_bytes) in cases {
+        let config = TopicConfig::default().producers(producers).segment_size(2);
+        let config = if by_bytes {
+            config.max_bytes(2, |_: &Bomb| 1)
+        } else {
+            config.max_records(2)
+        };
+        let t = Topic::<Bomb>::new("bombs", config).unwrap();
+        // At least 2,000 records, and on until the armed value was dropped: its segment comes back
+        // through the epoch, which the other test's threads may hold back a while.
+        let (least, most) = (2_000u64, 200_000u64);
+        let drops = Arc::new(Mutex::new(vec![0u32; most as usize]));
+        let mut panics = 0;
+        let mut total = 0;
+        while total < least || (lock(&drops)[ARMED as usize] == 0 && total < most) {
+            let id = total;
+            total += 1;
+            let value = Bomb {
+                id,
+                drops: drops.clone(),
+            };
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.publish(value))) {
+                Ok(result) => {
+                    result.unwrap_or_else(|e| panic!("{producers:?} bytes {by_bytes}: {e:?}"));
+                }
+                Err(_) => panics += 1,
+            }
+        }
+        assert_eq!(panics, 1, "{producers:?} bytes {by_bytes}");
+        drop(t);
+        // Dropping the topic waits (boundedly) for its trimmed segments; give the epoch longer.
+        let never = |drops: &[u32]| drops[..total as usize].iter().filter(|&&d| d == 0).count();
+        for _ in 0..200 {
+            if never(&lock(&drops)) <= 1 {
+                break;
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+        let drops = lock(&drops);
+        assert_eq!(drops[ARMED as usize], 1, "{producers:?} bytes {by_bytes}");
+        let twice: Vec<usize> = (0..drops.len()).filter(|&i| drops[i] > 1).collect();
+        assert!(
+            twice.is_empty(),
+            "{producers:?} bytes {by_bytes}: dropped twice {twice:?}"
+        );
+        // A panic leaves at most the rest of its segment undropped (leaked, as `Vec` would not,
+        // but never twice); everything else is dropped once the topic goes.
+        let missed = never(&drops);
+        assert!(
+            missed <= 1,
+            "{producers:?} bytes {by_bytes}: {missed} never dropped"
+        );
+    }
+}
+
+/// A test's lock, whether or not another test's thread panicked holding it: a value dropped late
+/// (see `Log`'s `Drop`) may be dropped on any thread.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
