@@ -33,6 +33,10 @@ use crate::{
 
 /// Decides which member gets which partitions. Members are given sorted by name, so an assignor
 /// that depends only on its inputs is deterministic.
+///
+/// It runs on the thread that joins or leaves, holding none of the group's locks, so it may call
+/// the group (its [`Group::stats`], say). If it panics, that rebalance uses [`RangeAssignor`]'s
+/// plan and the panic reaches [`Group::join`]'s caller (a leaving member's drop swallows it).
 pub trait Assignor: Send + Sync {
     /// For `partitions` partitions and the sorted `members`, the partitions of each member
     /// (same order as `members`). Every partition must go to exactly one member; any partition
@@ -146,7 +150,10 @@ struct GroupState {
     /// By member id: the partitions it should own.
     target: HashMap<u64, Vec<u32>>,
     start: Start,
-    assignor: Box<dyn Assignor>,
+    /// Shared, so that a rebalance can run it without the lock (it is the application's code).
+    assignor: Arc<dyn Assignor>,
+    /// Bumped whenever a member joins or leaves: a plan made for an older membership is stale.
+    membership: u64,
 }
 
 pub(crate) struct GroupShared {
@@ -169,7 +176,8 @@ impl GroupShared {
                 owner: vec![None; partitions as usize],
                 target: HashMap::new(),
                 start: Start::Earliest,
-                assignor: Box::new(RangeAssignor),
+                assignor: Arc::new(RangeAssignor),
+                membership: 0,
             }),
             version: AtomicU64::new(0),
         }
@@ -180,11 +188,43 @@ impl GroupShared {
         &self.offsets_key
     }
 
-    /// Recomputes the target assignment and tells every member. Caller holds the lock.
-    fn rebalance(&self, st: &mut GroupState) {
-        st.members.sort_by(|a, b| a.name.cmp(&b.name));
-        let names: Vec<&str> = st.members.iter().map(|m| m.name.as_str()).collect();
-        let plan = st.assignor.assign(st.owner.len() as u32, &names);
+    /// Recomputes the target assignment and tells every member. The assignor is the
+    /// application's code, so it runs without the lock (I6), on a snapshot of the members; a plan
+    /// made while a member joined or left is made again for the new membership. The caller must
+    /// not hold the lock.
+    ///
+    /// An assignor that panics gets the group [`RangeAssignor`]'s plan for this rebalance, so
+    /// every member still has a valid target; its panic is handed back for the caller to resume.
+    fn rebalance(&self) -> Result<(), Box<dyn std::any::Any + Send>> {
+        let mut panicked = None;
+        loop {
+            let (assignor, names, partitions, membership) = {
+                let mut st = lock(&self.state);
+                st.members.sort_by(|a, b| a.name.cmp(&b.name));
+                let names: Vec<String> = st.members.iter().map(|m| m.name.clone()).collect();
+                let partitions = st.owner.len() as u32;
+                (Arc::clone(&st.assignor), names, partitions, st.membership)
+            };
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            let run = || assignor.assign(partitions, &names);
+            let plan = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
+                Ok(plan) => plan,
+                Err(panic) => {
+                    panicked = Some(panic);
+                    RangeAssignor.assign(partitions, &names)
+                }
+            };
+            let mut st = lock(&self.state);
+            if st.membership == membership {
+                self.apply(&mut st, &plan);
+                return panicked.map_or(Ok(()), Err);
+            }
+        }
+    }
+
+    /// Sets the target assignment from `plan` (by member, in the members' sorted order) and tells
+    /// every member. Caller holds the lock, and the members are those the plan was made for.
+    fn apply(&self, st: &mut GroupState, plan: &[Vec<u32>]) {
         let partitions = st.owner.len() as u32;
         st.target = st
             .members
@@ -258,7 +298,9 @@ impl<T: Send + Sync + 'static> Group<T> {
 
     /// The assignment strategy, applied from the next join or leave (default [`RangeAssignor`]).
     pub fn set_assignor(&self, assignor: impl Assignor + 'static) {
-        lock(&self.shared.state).assignor = Box::new(assignor);
+        let old = std::mem::replace(&mut lock(&self.shared.state).assignor, Arc::new(assignor));
+        // Dropped after the lock is released: the application's code (I6).
+        drop(old);
     }
 
     /// Joins the group as `member` (a name unique in the group): a rebalance follows, and free
@@ -279,7 +321,7 @@ impl<T: Send + Sync + 'static> Group<T> {
                 name: member.to_owned(),
                 waker: Arc::clone(&waker),
             });
-            self.shared.rebalance(&mut st);
+            st.membership += 1;
             id
         };
         let mut m = GroupMember {
@@ -296,6 +338,10 @@ impl<T: Send + Sync + 'static> Group<T> {
             #[cfg(feature = "async")]
             announced: false,
         };
+        // Made first, so that an assignor's panic leaves through `m`'s drop, which frees the name.
+        if let Err(panic) = self.shared.rebalance() {
+            std::panic::resume_unwind(panic);
+        }
         // Take what is free now; the assignment is reported by the first poll.
         m.pending = m.sync_locked();
         Ok(m)
@@ -683,6 +729,10 @@ impl<T: Send + Sync + 'static> Drop for GroupMember<T> {
             }
         }
         st.members.retain(|m| m.id != self.id);
-        self.group.rebalance(&mut st);
+        st.membership += 1;
+        drop(st);
+        // An assignor that panics here got the fallback plan; a drop does not pass its panic on
+        // (it may run while unwinding already).
+        let _ = self.group.rebalance();
     }
 }

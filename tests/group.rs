@@ -398,3 +398,89 @@ fn group_errors_are_typed() {
     let m = late.join("m").unwrap();
     assert_eq!(m.position(0).unwrap(), 1);
 }
+
+/// An assignor that looks at its group while it assigns: what it saw, and the group it looks at
+/// (set once the group exists).
+struct Watching {
+    group: Arc<std::sync::OnceLock<logbus::Group<u64>>>,
+    saw: Arc<Mutex<Vec<Vec<String>>>>,
+    panic_for: Option<&'static str>,
+}
+
+impl Assignor for Watching {
+    fn assign(&self, partitions: u32, members: &[&str]) -> Vec<Vec<u32>> {
+        if let Some(group) = self.group.get() {
+            // The group's own lock: an assignor run under it would deadlock here.
+            self.saw.lock().unwrap().push(group.stats().members);
+        }
+        if let Some(name) = self.panic_for {
+            assert!(!members.contains(&name), "the assignor refuses {name}");
+        }
+        RoundRobinAssignor.assign(partitions, members)
+    }
+}
+
+/// The assignor is the application's code: it runs holding none of the group's locks (I6), so
+/// it may call the group, and its plan still decides the assignment.
+#[test]
+fn an_assignor_may_call_its_group() {
+    let t = topic(4);
+    let group = t.group("g").unwrap();
+    let (cell, saw) = (Arc::new(std::sync::OnceLock::new()), Arc::default());
+    group.set_assignor(Watching {
+        group: cell.clone(),
+        saw: Arc::clone(&saw),
+        panic_for: None,
+    });
+    cell.set(group.clone()).ok().unwrap();
+    let mut a = group.join("a").unwrap();
+    assert_eq!(a.assignment(), [0, 1, 2, 3]);
+    let _b = group.join("b").unwrap();
+    // `a` hands over what the assignor's plan (round robin) gives `b`.
+    let _ = a.poll(10); // the first assignment
+    assert_eq!(
+        a.poll(10).unwrap_err(),
+        GroupError::Rebalanced(Rebalance {
+            revoked: vec![1, 3],
+            assigned: vec![]
+        })
+    );
+    assert_eq!(
+        *saw.lock().unwrap(),
+        [vec!["a".to_owned()], vec!["a".to_owned(), "b".to_owned()]],
+        "the members the group showed the assignor, at each join"
+    );
+}
+
+/// An assignor that panics: the join that ran it panics, the group keeps a valid assignment
+/// (the range assignor's, for that rebalance) and the name is free again.
+#[test]
+fn a_panicking_assignor_fails_the_join_and_breaks_nothing() {
+    let t = topic(4);
+    let group = t.group("g").unwrap();
+    group.set_assignor(Watching {
+        group: Arc::default(),
+        saw: Arc::default(),
+        panic_for: Some("bad"),
+    });
+    let mut a = group.join("a").unwrap();
+    let joined = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| group.join("bad")));
+    assert!(joined.is_err(), "the assignor's panic reaches the caller");
+    assert_eq!(group.stats().members, ["a"], "the failed member left");
+    // `a` is alone again and keeps every partition: nothing to hand over.
+    loop {
+        match a.poll(10) {
+            Err(GroupError::Rebalanced(r)) => assert!(r.revoked.is_empty(), "{r:?}"),
+            Err(GroupError::Read(ReadError::Empty)) => break,
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(a.assignment(), [0, 1, 2, 3]);
+    group.set_assignor(RangeAssignor);
+    let _bad = group.join("bad").unwrap();
+    assert_eq!(
+        group.stats().members,
+        ["a", "bad"],
+        "the name is free again"
+    );
+}
