@@ -151,7 +151,8 @@ struct GroupState {
     target: HashMap<u64, Vec<u32>>,
     start: Start,
     /// Shared, so that a rebalance can run it without the lock (it is the application's code).
-    assignor: Arc<dyn Assignor>,
+    /// Boxed inside: loom's `Arc` (under `cfg(loom)`) takes no unsized value.
+    assignor: Arc<Box<dyn Assignor>>,
     /// Bumped whenever a member joins or leaves: a plan made for an older membership is stale.
     membership: u64,
 }
@@ -176,7 +177,7 @@ impl GroupShared {
                 owner: vec![None; partitions as usize],
                 target: HashMap::new(),
                 start: Start::Earliest,
-                assignor: Arc::new(RangeAssignor),
+                assignor: Arc::new(Box::new(RangeAssignor)),
                 membership: 0,
             }),
             version: AtomicU64::new(0),
@@ -298,7 +299,8 @@ impl<T: Send + Sync + 'static> Group<T> {
 
     /// The assignment strategy, applied from the next join or leave (default [`RangeAssignor`]).
     pub fn set_assignor(&self, assignor: impl Assignor + 'static) {
-        let old = std::mem::replace(&mut lock(&self.shared.state).assignor, Arc::new(assignor));
+        let new = Arc::new(Box::new(assignor) as Box<dyn Assignor>);
+        let old = std::mem::replace(&mut lock(&self.shared.state).assignor, new);
         // Dropped after the lock is released: the application's code (I6).
         drop(old);
     }
