@@ -32,7 +32,9 @@
 //! - `refs`: increments are Relaxed (the caller already holds a reference or is pinned, so the
 //!   segment is alive; like `Arc::clone`). Decrements are Release, and the one that reaches zero is
 //!   followed by an Acquire fence, so every write to the slots by any former holder happens-before the
-//!   values are dropped (like `Arc::drop`).
+//!   values are dropped (like `Arc::drop`). A retired segment's values are dropped on another
+//!   thread: the releasing thread pushes it to the pool's `retired` list after its fence and the
+//!   dropping thread takes it from there, both under that mutex, which carries the order on.
 //! - `stamps[i]`: stored with Release after the value and metadata are written; loaded with Acquire
 //!   by readers, which makes the value visible (I2). The drop scan runs after the Acquire fence above
 //!   and may use Relaxed, and so may the zeroing of a pooled segment's stamps in `Pool::take`: the
@@ -905,9 +907,14 @@ impl<T> Pool<T> {
     }
 
     fn put(&self, seg: Box<Segment<T>>) {
-        // Relaxed: a count of segments out of the pool, read only by `Log`'s `Drop`, whose lock
-        // or fence orders nothing through it (it only waits for it to reach zero).
+        // Relaxed: a count, read only by `Log`'s `Drop` to wait for it to reach zero; nothing is
+        // read through it (the segments come back through the mutexes).
         self.lent.fetch_sub(1, Ordering::Relaxed);
+        self.keep_spare(seg);
+    }
+
+    /// Keeps an emptied segment as spare, or frees it when the pool has enough.
+    fn keep_spare(&self, seg: Box<Segment<T>>) {
         let mut spare = lock(&self.spare);
         if spare.len() < self.keep {
             spare.push(seg);
@@ -926,11 +933,17 @@ impl<T> Pool<T> {
 
     /// Drops the values of the segments retired so far and makes them spare. The values are the
     /// application's: call it only where its code may run (after a publish, holding no lock).
+    ///
+    /// The segments count as back before any value is dropped: if a `Drop` panics, the ones not
+    /// reached yet are freed as the panic unwinds (their values dropped there, unchecked), and the
+    /// log's `Drop` must not wait for them.
     pub(crate) fn drop_retired(&self) {
         let retired = std::mem::take(&mut *lock(&self.retired));
+        // Relaxed: see `put`.
+        self.lent.fetch_sub(retired.len(), Ordering::Relaxed);
         for mut seg in retired {
             seg.drop_values();
-            self.put(seg);
+            self.keep_spare(seg);
         }
     }
 
