@@ -357,6 +357,31 @@ fn block_gate_released_by_leaving_reader() {
     });
 }
 
+/// `Block`: a publisher that finds no room parks until the reader frees some, and the reader, parked
+/// for the next record, is woken by that publish. Each side announces itself (a count in `state`,
+/// then the heavy barrier) before its last look, and the other side looks for that count after
+/// its own store: neither wake-up is lost (loom reports a deadlock if one is), and the reader gets
+/// every record once, in order. (Announcing after that last look instead deadlocks here.) The
+/// handshake is the same for both kinds of producer; the single producer's is the smaller model.
+#[test]
+fn blocked_publisher_and_parked_reader_wake_each_other() {
+    model(|| {
+        let config = config().producers(Producers::Single).max_records(1);
+        let topic = Topic::<u64>::new("m", config.overflow(Overflow::Block)).unwrap();
+        let mut reader = topic.reader(0, Start::Earliest).unwrap();
+        let mut producer = topic.producer().unwrap();
+        let publisher = thread::spawn(move || {
+            for v in 0..2 {
+                producer.publish(v).unwrap();
+            }
+        });
+        for v in 0..2 {
+            assert_eq!(*reader.next().unwrap().value(), v);
+        }
+        publisher.join().unwrap();
+    });
+}
+
 /// Groups: a revoked partition is never read by two members at once. Member `b` owns the only
 /// partition; `a` joins (and, sorting first, is assigned it); `b` hears of the revocation, then
 /// releases it on its next poll; `a` takes it. Whenever a member holds a reader of the partition,
