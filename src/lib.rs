@@ -163,7 +163,8 @@
 //! held): a subscription's thread runs in span `logbus.subscription` (topic, subscription) and logs
 //! `subscription started` / `subscription stopped` (info); `attempt failed, retrying` (debug:
 //! offset, attempt, error, delay); `dead-lettering a record` (warn: partition, offset, attempts,
-//! error); `group rebalance` (info: topic, group, member, revoked, assigned); `retention trimmed`
+//! error); `the dead-letter topic refused a record for good; the subscription stops` (error:
+//! partition, offset, why); `group rebalance` (info: topic, group, member, revoked, assigned); `retention trimmed`
 //! (debug: topic, partition, start).
 //!
 //! ## Minimum Rust

@@ -10,7 +10,8 @@
 //! A subscription's position (and the offset it commits under its name) passes a record only after
 //! the handler succeeded, the record was acked, filtered out, or written to the dead-letter topic.
 //! Closing mid-record leaves the position at that record, so a subscription started again with the
-//! same name sees it again.
+//! same name sees it again. So does a dead letter that cannot be written: it waits for room
+//! (hearing `close`), and a dead-letter topic that refuses it for good stops the subscription.
 //!
 //! # Orderings
 //! - `attention`: set with Release by `pause`/`close` (after changing the control state under its
@@ -39,7 +40,7 @@ use crate::{
     broker::check_name,
     config::TopicConfig,
     consumer::Consumer,
-    error::{Error, ReadError},
+    error::{Error, PublishError, ReadError},
     group::{GroupError, GroupMember},
     log::Waker,
     reader::{Batch, Record, Start},
@@ -190,7 +191,8 @@ pub struct SubscriptionStats {
     pub lagged: u64,
     /// Records being handled right now (0 or 1).
     pub in_flight: u64,
-    /// Whether the thread has stopped (closed, or the topic closed and everything was processed).
+    /// Whether the thread has stopped: closed, the topic closed and everything was processed, or
+    /// the dead-letter topic refused a record for good (see [`SubscriptionBuilder::dead_letter`]).
     pub finished: bool,
 }
 
@@ -445,6 +447,13 @@ impl<T: Clone + Send + Sync + 'static> SubscriptionBuilder<T> {
     /// Where dead letters go. Default: the broker's topic `<topic>.dlq` (created if needed), or
     /// for a topic outside a broker, a new topic of that name (see
     /// [`Subscription::dead_letter_topic`]).
+    ///
+    /// While that topic has no room for a letter (a capacity under `Block` or `Reject`, with a
+    /// reader lagging) or its single producer's role is held elsewhere, the subscription waits with
+    /// the record and tries again, pausing up to 10 ms between tries; `close` still stops it at
+    /// once, leaving the record unpassed. If the topic refuses the letter for good (it is closed,
+    /// or the record is larger than its byte retention allows), the subscription stops as if
+    /// closed, with the record unpassed: its name resumes there.
     pub fn dead_letter(mut self, topic: Topic<DeadLetter<T>>) -> Self {
         self.dead_letter = Some(topic);
         self
@@ -689,6 +698,14 @@ const BATCH: usize = 64;
 /// How often (in records) the position is committed under the subscription's name, besides on exit.
 const COMMIT_EVERY: u64 = 256;
 
+/// The first pause before a dead letter that found no room is tried again (see
+/// [`Context::dead_letter`]); it doubles up to [`DEAD_LETTER_MAX_PAUSE`].
+const DEAD_LETTER_PAUSE: Duration = Duration::from_micros(100);
+
+/// The longest pause between two tries of a dead letter: how late it may be written after room
+/// appears. A full dead-letter topic is an exceptional state, not a stream to keep up with.
+const DEAD_LETTER_MAX_PAUSE: Duration = Duration::from_millis(10);
+
 impl<T: Clone + Send + Sync + 'static> Context<T> {
     fn run(
         &mut self,
@@ -813,8 +830,16 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
         counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
     }
 
-    /// Writes the record to the dead-letter topic. `Step::Stop` if that topic refuses it, so the
-    /// record is not passed without being dead-lettered (I7).
+    /// Writes the record to the dead-letter topic.
+    ///
+    /// While that topic has no room (a capacity under `Block` or `Reject`, a reader lagging) or
+    /// its single producer's role is taken, this waits and tries again, the pause doubling from
+    /// [`DEAD_LETTER_PAUSE`] to [`DEAD_LETTER_MAX_PAUSE`], on the subscription's own condition
+    /// variable: a `close` meanwhile ends the wait and the record stays unpassed (`Step::Stop`,
+    /// I7). The engine's own wait for room would not hear the close. If the topic refuses the
+    /// record for good (closed, or the record too large for it), the subscription stops as if
+    /// closed, leaving the record unpassed: passing it would lose it, and handling it again
+    /// would fail the same way.
     fn dead_letter(&self, record: &Record<'_, T>, attempts: u32, error: String) -> Step {
         event!(
             warn,
@@ -824,7 +849,7 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
             error = %error,
             "dead-lettering a record"
         );
-        let letter = DeadLetter {
+        let mut letter = DeadLetter {
             topic: self.topic.name().to_owned(),
             partition: record.partition(),
             offset: record.offset(),
@@ -833,13 +858,40 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
             error,
             value: record.value().clone(),
         };
-        match self.dead_letter.publish(letter) {
-            Ok(_) => {
-                self.count(&self.shared.dead_lettered);
-                Step::Done
+        let mut pause = DEAD_LETTER_PAUSE;
+        loop {
+            let partition = self.dead_letter.round_robin_partition();
+            match self.dead_letter.publish_or_full(partition, letter) {
+                Ok(_) => {
+                    self.count(&self.shared.dead_lettered);
+                    return Step::Done;
+                }
+                Err(PublishError::Full(back) | PublishError::Busy(back)) => {
+                    letter = back;
+                    if self.shared.sleep_unless_closing(pause) {
+                        return Step::Stop;
+                    }
+                    pause = (pause * 2).min(DEAD_LETTER_MAX_PAUSE);
+                }
+                Err(PublishError::Closed(_)) => return self.stop_for_good(record, "closed"),
+                Err(PublishError::TooLarge(_)) => return self.stop_for_good(record, "too large"),
             }
-            Err(_) => Step::Stop,
         }
+    }
+
+    /// The dead-letter topic refused `record` for good (`why`): the subscription stops as if
+    /// closed, leaving the record unpassed (see [`Context::dead_letter`]).
+    fn stop_for_good(&self, record: &Record<'_, T>, why: &'static str) -> Step {
+        event!(
+            error,
+            partition = record.partition(),
+            offset = record.offset(),
+            why,
+            "the dead-letter topic refused a record for good; the subscription stops"
+        );
+        let _ = (record, why);
+        lock(&self.shared.control).closing = true;
+        Step::Stop
     }
 
     fn run_plain<E: fmt::Display>(

@@ -176,14 +176,13 @@ impl<T: Send + Sync + 'static> Topic<T> {
         self.publish_at(partition, None, value)
     }
 
-    /// The round-robin partition for the next keyless publish (async publishes).
-    #[cfg(feature = "async")]
+    /// The round-robin partition for the next keyless publish (async publishes, dead letters).
     pub(crate) fn round_robin_partition(&self) -> u32 {
         self.next_partition()
     }
 
-    /// Like `publish_at`, but under `Block` fails with `Full` instead of waiting (async).
-    #[cfg(feature = "async")]
+    /// Like `publish_at`, but under `Block` fails with `Full` instead of waiting (async publishes,
+    /// which wait as tasks; dead letters, whose wait must hear the subscription close).
     pub(crate) fn publish_or_full(
         &self,
         partition: u32,

@@ -551,3 +551,148 @@ fn bad_subscription_settings_are_typed_errors() {
     let far = t.subscription("s").start(Start::Offset(9)).handler(ok);
     assert!(matches!(far, Err(Error::OffsetOutOfRange { .. })));
 }
+
+/// A dead-letter topic with a capacity under `Block`, full because its own reader reads nothing,
+/// holds the subscription's dead letters back, but not its `close`: the thread waiting for room
+/// hears the close, stops without passing the record (I7: it is not committed, so the
+/// subscription's name resumes at it), and `close` returns.
+#[test]
+fn close_is_not_held_by_a_full_dead_letter_topic_under_block() {
+    use logbus::{DeadLetter, Overflow};
+    let topic = Topic::<u64>::new("jobs", TopicConfig::default()).unwrap();
+    let dlq = Topic::<DeadLetter<u64>>::new(
+        "jobs.dlq",
+        TopicConfig::default()
+            .max_records(1)
+            .overflow(Overflow::Block),
+    )
+    .unwrap();
+    let mut idle = dlq.reader(0, Start::Earliest).unwrap();
+    for v in 0..3 {
+        topic.publish(v).unwrap();
+    }
+    let mut sub = topic
+        .subscription("worker")
+        .start(Start::Earliest)
+        .retry(no_backoff(1))
+        .dead_letter(dlq.clone())
+        .handler(|_| Err("always fails"))
+        .unwrap();
+    // The first record's letter fits; the second's waits for room that never comes.
+    wait_until(|| sub.stats().dead_lettered == 1 && sub.stats().failed_attempts >= 2);
+    let (done_tx, done_rx) = mpsc::channel();
+    let closer = thread::spawn(move || {
+        sub.close();
+        done_tx.send(sub.stats()).unwrap();
+    });
+    let stats = done_rx
+        .recv_timeout(LONG)
+        .expect("close returned while the dead-letter topic was full");
+    closer.join().unwrap();
+    assert_eq!(stats.dead_lettered, 1);
+    assert_eq!(
+        stats.positions,
+        vec![1],
+        "the record waiting for room was not passed"
+    );
+    assert_eq!(idle.try_next().unwrap().value().offset, 0);
+    // The name resumes at the record whose letter was not written.
+    let again = topic.consumer("worker", Start::Latest).unwrap();
+    assert_eq!(again.position(0).unwrap(), 1);
+}
+
+/// A single-producer dead-letter topic whose producer role is held elsewhere refuses the letter
+/// (`Busy`) for as long as it is held: the subscription waits, holding the record, and writes the
+/// letter once the role is free; nothing is handled twice and nothing is passed before it.
+#[test]
+fn a_dead_letter_waits_for_a_busy_single_producer_topic() {
+    use logbus::DeadLetter;
+    let topic = Topic::<u64>::new("jobs", TopicConfig::default()).unwrap();
+    let dlq = Topic::<DeadLetter<u64>>::new("jobs.dlq", TopicConfig::default().single_producer())
+        .unwrap();
+    let held = dlq.producer().unwrap();
+    let attempts = Arc::new(AtomicU32::new(0));
+    let a = attempts.clone();
+    let sub = topic
+        .subscription("worker")
+        .start(Start::Earliest)
+        .retry(no_backoff(1))
+        .dead_letter(dlq.clone())
+        .handler(move |r| {
+            a.fetch_add(1, Ordering::SeqCst);
+            if **r == 0 {
+                Err("poison")
+            } else {
+                Ok(())
+            }
+        })
+        .unwrap();
+    for v in 0..2 {
+        topic.publish(v).unwrap();
+    }
+    wait_until(|| attempts.load(Ordering::SeqCst) >= 1);
+    let stats = sub.stats();
+    assert_eq!((stats.dead_lettered, stats.positions[0]), (0, 0));
+    drop(held);
+    assert!(sub.wait_idle(LONG));
+    let stats = sub.stats();
+    assert_eq!((stats.dead_lettered, stats.delivered), (1, 1));
+    assert_eq!(stats.positions, vec![2]);
+    assert_eq!(
+        attempts.load(Ordering::SeqCst),
+        2,
+        "each record handled once"
+    );
+    let mut r = dlq.reader(0, Start::Earliest).unwrap();
+    assert_eq!(r.next().unwrap().value().offset, 0);
+}
+
+/// A closed dead-letter topic can never take the letter: the subscription stops as if closed,
+/// with the record unpassed (I7) and its handler not run again and again.
+#[test]
+fn a_closed_dead_letter_topic_stops_the_subscription_without_passing_the_record() {
+    use logbus::DeadLetter;
+    let topic = Topic::<u64>::new("jobs", TopicConfig::default()).unwrap();
+    let dlq = Topic::<DeadLetter<u64>>::new("jobs.dlq", TopicConfig::default()).unwrap();
+    dlq.close();
+    let attempts = Arc::new(AtomicU32::new(0));
+    let a = attempts.clone();
+    let mut sub = topic
+        .subscription("worker")
+        .start(Start::Earliest)
+        .retry(no_backoff(2))
+        .dead_letter(dlq)
+        .handler(move |_| {
+            a.fetch_add(1, Ordering::SeqCst);
+            Err("always fails")
+        })
+        .unwrap();
+    for v in 0..2 {
+        topic.publish(v).unwrap();
+    }
+    wait_until(|| sub.stats().finished);
+    let stats = sub.stats();
+    assert_eq!(stats.positions, vec![0]);
+    assert_eq!((stats.dead_lettered, stats.failed_attempts), (0, 2));
+    assert_eq!(
+        attempts.load(Ordering::SeqCst),
+        2,
+        "the record's two attempts, once"
+    );
+    sub.close();
+    let again = topic.consumer("worker", Start::Latest).unwrap();
+    assert_eq!(
+        again.position(0).unwrap(),
+        0,
+        "the name resumes at the record"
+    );
+}
+
+/// Polls `done` until it holds (or fails the test after [`LONG`]).
+fn wait_until(mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + LONG;
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "timed out");
+        thread::sleep(Duration::from_millis(1));
+    }
+}

@@ -1767,9 +1767,9 @@ impl<T: Send + Sync + 'static> Log<T> {
     }
 
     /// The policy for a publish that must not wait: the log's own, but `Reject` for `Block`, so
-    /// that a full log fails with `Full` (async publishers wait as tasks instead, see
-    /// [`Log::announce_blocked`]).
-    #[cfg(feature = "async")]
+    /// that a full log fails with `Full`: async publishers wait as tasks instead (see
+    /// `Log::announce_blocked`), and a subscription's dead letters on the subscription's own
+    /// condition variable, which its `close` wakes.
     pub(crate) fn overflow_without_waiting(&self) -> Overflow {
         match self.overflow {
             Overflow::Block => Overflow::Reject,
