@@ -37,7 +37,7 @@ use std::{
 };
 
 use crate::{
-    broker::check_name,
+    broker::{check_name, Broker},
     config::TopicConfig,
     consumer::Consumer,
     error::{Error, PublishError, ReadError},
@@ -52,6 +52,26 @@ use crate::{
     topic::Topic,
     trace::event,
 };
+
+/// The broker's topic `name` as it is, whatever its configuration (the application may have made
+/// it with its own), or a new one with the default configuration. Errors: a topic of that name
+/// with another record type ([`Error::TypeMismatch`]).
+fn default_dead_letter_topic<T: Clone + Send + Sync + 'static>(
+    broker: &Broker,
+    name: &str,
+) -> Result<Topic<DeadLetter<T>>, Error> {
+    loop {
+        match broker.get(name) {
+            Err(Error::UnknownTopic(_)) => {}
+            found => return found,
+        }
+        match broker.topic(name, TopicConfig::default()) {
+            // Made with another configuration since the look above: take that one.
+            Err(Error::ConfigMismatch(_)) => continue,
+            made => return made,
+        }
+    }
+}
 
 /// A record that a subscription gave up on, as written to the dead-letter topic.
 #[derive(Clone, PartialEq, Eq)]
@@ -444,7 +464,8 @@ impl<T: Clone + Send + Sync + 'static> SubscriptionBuilder<T> {
         self
     }
 
-    /// Where dead letters go. Default: the broker's topic `<topic>.dlq` (created if needed), or
+    /// Where dead letters go. Default: the broker's topic `<topic>.dlq` (used with whatever
+    /// configuration it was made with, or created with the default one if needed), or
     /// for a topic outside a broker, a new topic of that name (see
     /// [`Subscription::dead_letter_topic`]).
     ///
@@ -521,7 +542,7 @@ impl<T: Clone + Send + Sync + 'static> SubscriptionBuilder<T> {
             None => {
                 let name = format!("{}.dlq", self.topic.name());
                 match self.topic.broker() {
-                    Some(broker) => broker.topic(&name, TopicConfig::default())?,
+                    Some(broker) => default_dead_letter_topic(&broker, &name)?,
                     None => Topic::new(&name, TopicConfig::default())?,
                 }
             }

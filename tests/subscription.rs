@@ -696,3 +696,31 @@ fn wait_until(mut done: impl FnMut() -> bool) {
         thread::sleep(Duration::from_millis(1));
     }
 }
+
+/// The default dead-letter topic is the broker's `<topic>.dlq` whatever its configuration: one
+/// the application made first, with a capacity of its own, is used as it is.
+#[test]
+fn an_existing_dlq_topic_is_used_whatever_its_configuration() {
+    use logbus::{DeadLetter, Overflow};
+    let broker = Broker::new();
+    let jobs = broker.topic::<u64>("jobs", TopicConfig::default()).unwrap();
+    let made = broker
+        .topic::<DeadLetter<u64>>(
+            "jobs.dlq",
+            TopicConfig::default()
+                .max_records(64)
+                .overflow(Overflow::Reject),
+        )
+        .unwrap();
+    let sub = jobs
+        .subscription("worker")
+        .start(Start::Earliest)
+        .retry(no_backoff(1))
+        .handler(|_| Err("always fails"))
+        .unwrap();
+    jobs.publish(7).unwrap();
+    assert!(sub.wait_idle(LONG));
+    assert_eq!(sub.stats().dead_lettered, 1);
+    let mut r = made.reader(0, Start::Earliest).unwrap();
+    assert_eq!(r.next().unwrap().value().value, 7);
+}
