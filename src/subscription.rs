@@ -252,16 +252,23 @@ struct Shared {
 }
 
 impl Shared {
-    /// Sleeps up to `d` unless the subscription is closing; returns whether it is.
+    /// Sleeps up to `d` unless the subscription is closing; returns whether it is. A delay too
+    /// long for a deadline (`Duration::MAX` from a backoff or a nak) sleeps until the close.
     fn sleep_unless_closing(&self, d: Duration) -> bool {
-        let deadline = Instant::now() + d;
+        let deadline = Instant::now().checked_add(d);
         let mut c = lock(&self.control);
         loop {
-            let now = Instant::now();
-            if c.closing || now >= deadline {
-                return c.closing;
+            if c.closing {
+                return true;
             }
-            c = wait_timeout(&self.changed, c, deadline - now);
+            let left = match deadline {
+                Some(at) => match at.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => left,
+                    _ => return false,
+                },
+                None => Duration::from_secs(3600),
+            };
+            c = wait_timeout(&self.changed, c, left);
         }
     }
 

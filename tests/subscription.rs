@@ -724,3 +724,37 @@ fn an_existing_dlq_topic_is_used_whatever_its_configuration() {
     let mut r = made.reader(0, Start::Earliest).unwrap();
     assert_eq!(r.next().unwrap().value().value, 7);
 }
+
+/// Delays too long for a deadline (`Duration::MAX`) are waits until `close`, not a panic on the
+/// subscription's thread: a retry backoff, and a nak's delay in ack mode.
+#[test]
+fn the_longest_delays_wait_for_close() {
+    let topic = Topic::<u64>::new("jobs", TopicConfig::default()).unwrap();
+    topic.publish(1).unwrap();
+    let mut plain = topic
+        .subscription("plain")
+        .start(Start::Earliest)
+        .retry(
+            Retry::default()
+                .max_attempts(2)
+                .backoff(Backoff::Fixed(Duration::MAX)),
+        )
+        .handler(|_| Err("fails"))
+        .unwrap();
+    let mut acking = topic
+        .subscription("acking")
+        .start(Start::Earliest)
+        .ack_handler(|d| {
+            d.nak(Duration::MAX);
+            Ok::<_, String>(())
+        })
+        .unwrap();
+    wait_until(|| plain.stats().failed_attempts == 1 && acking.stats().failed_attempts == 1);
+    for sub in [&mut plain, &mut acking] {
+        sub.close();
+        let stats = sub.stats();
+        assert!(stats.finished, "{}: the thread ran to its end", stats.name);
+        assert_eq!(stats.positions, vec![0], "{}", stats.name);
+        assert_eq!(stats.failed_attempts, 1, "{}", stats.name);
+    }
+}
