@@ -84,7 +84,7 @@ pub struct DeadLetter<T> {
     pub offset: u64,
     /// The subscription that gave up.
     pub subscription: String,
-    /// How many times it was delivered.
+    /// How many times it was delivered (0 when the subscription's filter panicked on it).
     pub attempts: u32,
     /// The last error (the handler's error text, a panic message, or why it was terminated).
     pub error: String,
@@ -211,8 +211,9 @@ pub struct SubscriptionStats {
     pub lagged: u64,
     /// Records being handled right now (0 or 1).
     pub in_flight: u64,
-    /// Whether the thread has stopped: closed, the topic closed and everything was processed, or
-    /// the dead-letter topic refused a record for good (see [`SubscriptionBuilder::dead_letter`]).
+    /// Whether the thread has stopped: closed, the topic closed and everything was processed, the
+    /// dead-letter topic refused a record for good (see [`SubscriptionBuilder::dead_letter`]), or
+    /// a panic that no attempt catches ended it (the record value's `Clone`, a size function).
     pub finished: bool,
 }
 
@@ -488,7 +489,8 @@ impl<T: Clone + Send + Sync + 'static> SubscriptionBuilder<T> {
     }
 
     /// Only records for which `keep` is true reach the handler; the others count as delivered.
-    /// It runs on the subscription's thread, under no lock.
+    /// It runs on the subscription's thread, under no lock. A record on which it panics goes to
+    /// the dead-letter topic at once (0 attempts, the panic's message as the error).
     pub fn filter(mut self, keep: impl Fn(&T) -> bool + Send + 'static) -> Self {
         self.filter = Some(Box::new(keep));
         self
@@ -610,7 +612,9 @@ impl<T: Clone + Send + Sync + 'static> SubscriptionBuilder<T> {
                 )
                 .entered();
                 event!(info, "subscription started");
+                let unwinding = FinishOnUnwind(Arc::clone(&ctx.shared));
                 ctx.run(source, &mut process);
+                drop(unwinding);
                 event!(info, "subscription stopped");
             })
             .map_err(|_| Error::InvalidConfig("could not start the subscription's thread"))?;
@@ -621,6 +625,24 @@ impl<T: Clone + Send + Sync + 'static> SubscriptionBuilder<T> {
             topic: self.topic,
             dead_letter,
         })
+    }
+}
+
+/// Marks the subscription finished if its thread unwinds: a panic in the application's code that
+/// no attempt catches (the record value's `Clone` for a dead letter or a delivery, a size function,
+/// a tracing subscriber). `stats` then shows it stopped and `wait_idle` returns, instead of waiting
+/// for a thread that is gone. What it processed since its last commit is handled again by the
+/// next subscription of that name (at least once, I7).
+struct FinishOnUnwind(Arc<Shared>);
+
+impl Drop for FinishOnUnwind {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            // SeqCst: see the module's Orderings (`finished`).
+            self.0.finished.store(true, Ordering::SeqCst);
+            let _c = lock(&self.0.control);
+            self.0.changed.notify_all();
+        }
     }
 }
 
@@ -843,10 +865,23 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
         self.topic.commit_offsets(key, assigned);
     }
 
-    fn keep(&self, record: &Record<'_, T>) -> bool {
-        match &self.filter {
-            Some(keep) => keep(record.value()),
-            None => true,
+    /// Runs the filter: `Some` when the record goes no further, filtered out (`Done`, counted as
+    /// delivered) or dead-lettered because the filter panicked. A panicking filter sends the
+    /// record to the dead-letter topic at once, with 0 attempts and the panic's message: the
+    /// handler never saw it, passing it would leave it unhandled (I7), and asking a predicate
+    /// about the same value again would most likely panic again.
+    fn filtered(&self, record: &Record<'_, T>) -> Option<Step> {
+        let keep = self.filter.as_ref()?;
+        match catch_unwind(AssertUnwindSafe(|| keep(record.value()))) {
+            Ok(true) => None,
+            Ok(false) => {
+                self.count(&self.shared.delivered);
+                Some(Step::Done)
+            }
+            Err(panic) => {
+                let why = format!("the filter: {}", panic_message(panic));
+                Some(self.dead_letter(record, 0, why))
+            }
         }
     }
 
@@ -927,9 +962,8 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
         record: &Record<'_, T>,
         handler: &mut impl FnMut(&Record<'_, T>) -> Result<(), E>,
     ) -> Step {
-        if !self.keep(record) {
-            self.count(&self.shared.delivered);
-            return Step::Done;
+        if let Some(step) = self.filtered(record) {
+            return step;
         }
         let mut attempt = 0;
         loop {
@@ -970,9 +1004,8 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
         record: &Record<'_, T>,
         handler: &mut impl FnMut(Delivery<'_, T>) -> Result<(), E>,
     ) -> Step {
-        if !self.keep(record) {
-            self.count(&self.shared.delivered);
-            return Step::Done;
+        if let Some(step) = self.filtered(record) {
+            return step;
         }
         let mut deliveries = 0u32;
         let mut failures = 0u32;

@@ -758,3 +758,69 @@ fn the_longest_delays_wait_for_close() {
         assert_eq!(stats.failed_attempts, 1, "{}", stats.name);
     }
 }
+
+/// A filter that panics on a record sends that record to the dead-letter topic (0 attempts, the
+/// panic's message) and the subscription goes on with the next; its thread survives.
+#[test]
+fn a_panicking_filter_dead_letters_the_record_and_the_thread_survives() {
+    let broker = Broker::new();
+    let topic = broker.topic::<u64>("jobs", TopicConfig::default()).unwrap();
+    let handled = Arc::new(Mutex::new(Vec::new()));
+    let h = handled.clone();
+    let sub = topic
+        .subscription("worker")
+        .start(Start::Earliest)
+        .filter(|v| {
+            assert!(*v != 1, "cannot judge {v}");
+            true
+        })
+        .handler(move |r| {
+            h.lock().unwrap().push(**r);
+            Ok::<_, String>(())
+        })
+        .unwrap();
+    for v in 0..3 {
+        topic.publish(v).unwrap();
+    }
+    assert!(sub.wait_idle(LONG));
+    assert_eq!(*handled.lock().unwrap(), vec![0, 2]);
+    let stats = sub.stats();
+    assert_eq!((stats.delivered, stats.dead_lettered), (2, 1));
+    assert_eq!(stats.positions, vec![3]);
+    assert!(!stats.finished);
+    let dlq = broker.get::<logbus::DeadLetter<u64>>("jobs.dlq").unwrap();
+    let mut r = dlq.reader(0, Start::Earliest).unwrap();
+    let letter = r.next().unwrap();
+    assert_eq!((letter.offset, letter.attempts, letter.value), (1, 0, 1));
+    assert!(letter.error.contains("cannot judge 1"), "{}", letter.error);
+}
+
+/// A record whose value panics when cloned for its dead letter: the panic ends the subscription's
+/// thread, which then shows as finished (`wait_idle` returns, `close` joins), with the record
+/// unpassed.
+#[test]
+fn a_thread_ended_by_a_panic_shows_as_finished() {
+    #[derive(Debug)]
+    struct Brittle(u64);
+    impl Clone for Brittle {
+        fn clone(&self) -> Self {
+            panic!("cannot clone {}", self.0)
+        }
+    }
+    let topic = Topic::<Brittle>::new("jobs", TopicConfig::default()).unwrap();
+    topic.publish(Brittle(0)).unwrap();
+    let mut sub = topic
+        .subscription("worker")
+        .start(Start::Earliest)
+        .retry(no_backoff(1))
+        .handler(|_| Err("fails"))
+        .unwrap();
+    assert!(
+        sub.wait_idle(LONG),
+        "wait_idle returns once the thread is gone"
+    );
+    let stats = sub.stats();
+    assert!(stats.finished);
+    assert_eq!((stats.positions[0], stats.dead_lettered), (0, 0));
+    sub.close();
+}
