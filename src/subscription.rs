@@ -870,6 +870,7 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
     /// record to the dead-letter topic at once, with 0 attempts and the panic's message: the
     /// handler never saw it, passing it would leave it unhandled (I7), and asking a predicate
     /// about the same value again would most likely panic again.
+    #[inline(never)]
     fn filtered(&self, record: &Record<'_, T>) -> Option<Step> {
         let keep = self.filter.as_ref()?;
         match catch_unwind(AssertUnwindSafe(|| keep(record.value()))) {
@@ -903,6 +904,8 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
     /// record for good (closed, or the record too large for it), the subscription stops as if
     /// closed, leaving the record unpassed: passing it would lose it, and handling it again
     /// would fail the same way.
+    #[cold]
+    #[inline(never)]
     fn dead_letter(&self, record: &Record<'_, T>, attempts: u32, error: String) -> Step {
         event!(
             warn,
@@ -962,8 +965,11 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
         record: &Record<'_, T>,
         handler: &mut impl FnMut(&Record<'_, T>) -> Result<(), E>,
     ) -> Step {
-        if let Some(step) = self.filtered(record) {
-            return step;
+        // The filter's run is out of line: without one, a record costs this compare.
+        if self.filter.is_some() {
+            if let Some(step) = self.filtered(record) {
+                return step;
+            }
         }
         let mut attempt = 0;
         loop {
@@ -1004,8 +1010,11 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
         record: &Record<'_, T>,
         handler: &mut impl FnMut(Delivery<'_, T>) -> Result<(), E>,
     ) -> Step {
-        if let Some(step) = self.filtered(record) {
-            return step;
+        // The filter's run is out of line: without one, a record costs this compare.
+        if self.filter.is_some() {
+            if let Some(step) = self.filtered(record) {
+                return step;
+            }
         }
         let mut deliveries = 0u32;
         let mut failures = 0u32;
