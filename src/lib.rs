@@ -164,8 +164,8 @@
 //! `subscription started` / `subscription stopped` (info); `attempt failed, retrying` (debug:
 //! offset, attempt, error, delay); `dead-lettering a record` (warn: partition, offset, attempts,
 //! error); `the dead-letter topic refused a record for good; the subscription stops` (error:
-//! partition, offset, why); `group rebalance` (info: topic, group, member, revoked, assigned); `retention trimmed`
-//! (debug: topic, partition, start).
+//! partition, offset, why); `group rebalance` (info: topic, group, member, revoked, assigned);
+//! `retention trimmed` (debug: topic, partition, start).
 //!
 //! ## Minimum Rust
 //! 1.87 (`rust-version`); CI rejects any newer standard-library API with clippy's

@@ -469,7 +469,7 @@ impl<T: Send + Sync + 'static> Topic<T> {
     pub fn publish_async(&self, value: T) -> PublishAsync<'_, T> {
         PublishAsync {
             topic: self,
-            partition: self.round_robin_partition(),
+            partition: self.next_partition(),
             value: Some(value),
             announced: false,
         }

@@ -926,7 +926,7 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
         };
         let mut pause = DEAD_LETTER_PAUSE;
         loop {
-            let partition = self.dead_letter.round_robin_partition();
+            let partition = self.dead_letter.next_partition();
             match self.dead_letter.publish_or_full(partition, letter) {
                 Ok(_) => {
                     self.count(&self.shared.dead_lettered);

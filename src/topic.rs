@@ -149,7 +149,8 @@ impl<T: Send + Sync + 'static> Topic<T> {
             })
     }
 
-    fn next_partition(&self) -> u32 {
+    /// The round-robin partition for the next keyless publish.
+    pub(crate) fn next_partition(&self) -> u32 {
         let n = self.inner.partitions.len();
         if n == 1 {
             return 0;
@@ -174,11 +175,6 @@ impl<T: Send + Sync + 'static> Topic<T> {
     pub fn publish(&self, value: T) -> Result<Published, PublishError<T>> {
         let partition = self.next_partition();
         self.publish_at(partition, None, value)
-    }
-
-    /// The round-robin partition for the next keyless publish (async publishes, dead letters).
-    pub(crate) fn round_robin_partition(&self) -> u32 {
-        self.next_partition()
     }
 
     /// Like `publish_at`, but under `Block` fails with `Full` instead of waiting (async publishes,
