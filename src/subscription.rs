@@ -460,7 +460,9 @@ impl<T: Clone + Send + Sync + 'static> SubscriptionBuilder<T> {
         self
     }
 
-    /// Where to start when nothing is committed under this name (default [`Start::Latest`]).
+    /// Where to start when nothing is committed under this name (default [`Start::Latest`]). A
+    /// group member ([`SubscriptionBuilder::group`]) starts at the group's start position instead
+    /// ([`Group::set_start`](crate::Group::set_start)).
     pub fn start(mut self, start: Start) -> Self {
         self.start = start;
         self
