@@ -874,6 +874,7 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
     /// about the same value again would most likely panic again.
     #[inline(never)]
     fn filtered(&self, record: &Record<'_, T>) -> Option<Step> {
+        // Callers look first; a subscription without a filter keeps every record.
         let keep = self.filter.as_ref()?;
         match catch_unwind(AssertUnwindSafe(|| keep(record.value()))) {
             Ok(true) => None,

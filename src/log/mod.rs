@@ -221,11 +221,11 @@ impl Waker {
     }
 
     /// Stores the task to wake (async waiters, before they announce themselves).
-    #[cfg(feature = "async")]
     ///
     /// Cloning a waker and dropping one run the executor's code, so both happen outside the
     /// lock (I6). Only the waiter's own future stores here; a publisher may take the old task
     /// between the two locks, and wakes it, which is harmless.
+    #[cfg(feature = "async")]
     pub(crate) fn set_task(&self, task: &std::task::Waker) {
         if lock(&self.task)
             .as_ref()
