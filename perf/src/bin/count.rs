@@ -1,0 +1,146 @@
+//! Runs one of the engine's single-thread paths over a number of records, for `perf/instructions.sh`
+//! to count its instructions under callgrind.
+//!
+//! ```text
+//! cargo run --release -p logbus-perf --bin count -- PATH RECORDS
+//! ```
+//!
+//! Each path's records go through one function of this binary (`measure_*`, never inlined) or,
+//! for `subscription`, through the subscription thread's loop; the script takes that function's
+//! inclusive count at two record counts and reports the difference per record, so the set-up
+//! (topics, publishing what a read path reads) is left out. A count is exact and the same run
+//! after run, where a timing on this VM moves by a third: it tells whether a change added
+//! instructions to a loop, not how fast the loop is.
+
+use std::{hint::black_box, process::ExitCode, sync::mpsc};
+
+use logbus::{Producers, Record, Start, Topic, TopicConfig};
+
+/// The paths, with what each one counts.
+const PATHS: [(&str, &str); 6] = [
+    ("publish", "Producer::publish, single producer, no reader"),
+    ("topic-publish", "Topic::publish, many producers, no reader"),
+    ("read", "Reader::next over records already published"),
+    ("read-batch", "Reader::next_batch(256), summing the values"),
+    ("poll", "Consumer::poll(256) and a commit per poll"),
+    (
+        "subscription",
+        "a subscription's loop, a handler that counts",
+    ),
+];
+
+fn topic(producers: Producers) -> Topic<u64> {
+    Topic::new("count", TopicConfig::default().producers(producers)).expect("a valid topic")
+}
+
+/// A topic holding `0..n`.
+fn published(n: u64) -> Topic<u64> {
+    let t = topic(Producers::Single);
+    let mut p = t.producer().expect("the producer role is free");
+    for i in 0..n {
+        p.publish(i).expect("an unbounded topic takes every record");
+    }
+    t
+}
+
+#[inline(never)]
+fn measure_publish(t: &Topic<u64>, n: u64) {
+    let mut p = t.producer().expect("the producer role is free");
+    for i in 0..n {
+        black_box(p.publish(i).expect("an unbounded topic takes every record"));
+    }
+}
+
+#[inline(never)]
+fn measure_topic_publish(t: &Topic<u64>, n: u64) {
+    for i in 0..n {
+        black_box(t.publish(i).expect("an unbounded topic takes every record"));
+    }
+}
+
+#[inline(never)]
+fn measure_read(t: &Topic<u64>, n: u64) -> u64 {
+    let mut r = t.reader(0, Start::Earliest).expect("partition 0 exists");
+    let mut sum = 0;
+    for _ in 0..n {
+        sum += *r.next().expect("every record is published");
+    }
+    sum
+}
+
+#[inline(never)]
+fn measure_read_batch(t: &Topic<u64>, n: u64) -> u64 {
+    let mut r = t.reader(0, Start::Earliest).expect("partition 0 exists");
+    let (mut sum, mut seen) = (0, 0);
+    while seen < n {
+        let batch = r.next_batch(256).expect("every record is published");
+        seen += batch.len() as u64;
+        sum += batch.values().sum::<u64>();
+    }
+    sum
+}
+
+#[inline(never)]
+fn measure_poll(t: &Topic<u64>, n: u64) -> u64 {
+    let mut c = t.consumer("count", Start::Earliest).expect("a fresh name");
+    let (mut sum, mut seen) = (0, 0);
+    while seen < n {
+        let batch = c.poll(256).expect("every record is published");
+        seen += batch.len() as u64;
+        sum += batch.values().sum::<u64>();
+        c.commit();
+    }
+    sum
+}
+
+/// The subscription's thread runs the loop; this thread waits on a channel, so it adds nothing
+/// while the loop runs.
+fn subscription(t: &Topic<u64>, n: u64) {
+    let (done, finished) = mpsc::channel();
+    let mut seen = 0;
+    let mut sub = t
+        .subscribe("count", Start::Earliest, move |_: &Record<'_, u64>| {
+            seen += 1;
+            if seen == n {
+                let _ = done.send(());
+            }
+            Ok::<(), std::convert::Infallible>(())
+        })
+        .expect("a fresh name");
+    finished.recv().expect("the handler sees the last record");
+    sub.close();
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (path, n) = match &args[..] {
+        [path, n] => match n.parse::<u64>() {
+            Ok(n) if n > 0 => (path.as_str(), n),
+            _ => return usage("RECORDS is a whole number above 0"),
+        },
+        _ => return usage("expected PATH RECORDS"),
+    };
+    match path {
+        "publish" => measure_publish(&topic(Producers::Single), n),
+        "topic-publish" => measure_topic_publish(&topic(Producers::Multi), n),
+        "read" => assert_sum(measure_read(&published(n), n), n),
+        "read-batch" => assert_sum(measure_read_batch(&published(n), n), n),
+        "poll" => assert_sum(measure_poll(&published(n), n), n),
+        "subscription" => subscription(&published(n), n),
+        _ => return usage(&format!("no path {path:?}")),
+    }
+    ExitCode::SUCCESS
+}
+
+/// Every read path checks that it read `0..n`.
+fn assert_sum(sum: u64, n: u64) {
+    assert_eq!(sum, n * (n - 1) / 2, "the records read are not 0..{n}");
+}
+
+fn usage(why: &str) -> ExitCode {
+    eprintln!("count: {why}\nusage: count PATH RECORDS\npaths:");
+    for (name, what) in PATHS {
+        eprintln!("  {name:<14} {what}");
+    }
+    ExitCode::from(2)
+}
