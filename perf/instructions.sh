@@ -18,9 +18,9 @@
 # inclusive count of the function the records go through, at 200,000 records less at 100,000,
 # divided by 100,000: the set-up cancels out.
 #
-# Valgrind runs without `membarrier`, so under it the engine takes its fenced fallback (see
-# `src/sync.rs`): the publish paths counted here are that fallback's, not the ones a native run
-# takes. Compare two revisions with each other, not with a native profile.
+# Valgrind passes `membarrier` and `rdtsc` through, so the engine takes the paths a native
+# run takes (`ring-publish` is the inlined fast path, `publish` the stamped one). Valgrind runs one
+# thread at a time, so `subscription` includes whatever spinning its thread does at the end.
 set -euo pipefail
 
 if [ $# -lt 1 ]; then
@@ -30,7 +30,7 @@ fi
 for tool in valgrind callgrind_annotate jq; do
     command -v "$tool" > /dev/null || { echo "instructions.sh needs $tool" >&2; exit 1; }
 done
-base=$1 other=${2:-} paths=${3:-publish topic-publish read read-batch poll subscription}
+base=$1 other=${2:-} paths=${3:-publish ring-publish topic-publish read read-batch poll subscription}
 root=$(git rev-parse --show-toplevel)
 work=$(mktemp -d)
 trees=()
@@ -67,6 +67,7 @@ build() {
 function_of() {
     case $1 in
         subscription) echo 'logbus::subscription::Context<T>::run' ;;
+        ring-publish) echo 'count::measure_publish' ;;
         *) echo "count::measure_${1//-/_}" ;;
     esac
 }

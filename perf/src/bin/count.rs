@@ -14,11 +14,15 @@
 
 use std::{hint::black_box, process::ExitCode, sync::mpsc};
 
-use logbus::{Producers, Record, Start, Topic, TopicConfig};
+use logbus::{Overflow, Producers, Record, Start, Topic, TopicConfig};
 
 /// The paths, with what each one counts.
-const PATHS: [(&str, &str); 6] = [
+const PATHS: [(&str, &str); 7] = [
     ("publish", "Producer::publish, single producer, no reader"),
+    (
+        "ring-publish",
+        "the same into the harness's ring-like topic (no timestamps)",
+    ),
     ("topic-publish", "Topic::publish, many producers, no reader"),
     ("read", "Reader::next over records already published"),
     ("read-batch", "Reader::next_batch(256), summing the values"),
@@ -31,6 +35,17 @@ const PATHS: [(&str, &str); 6] = [
 
 fn topic(producers: Producers) -> Topic<u64> {
     Topic::new("count", TopicConfig::default().producers(producers)).expect("a valid topic")
+}
+
+/// The harness's ring-like topic: a capacity, publishers wait for the slowest reader (there is
+/// none here), no timestamps.
+fn ring() -> Topic<u64> {
+    let config = TopicConfig::default()
+        .single_producer()
+        .max_records(1 << 16)
+        .overflow(Overflow::Block)
+        .timestamps(false);
+    Topic::new("count", config).expect("a valid topic")
 }
 
 /// A topic holding `0..n`.
@@ -122,6 +137,7 @@ fn main() -> ExitCode {
     };
     match path {
         "publish" => measure_publish(&topic(Producers::Single), n),
+        "ring-publish" => measure_publish(&ring(), n),
         "topic-publish" => measure_topic_publish(&topic(Producers::Multi), n),
         "read" => assert_sum(measure_read(&published(n), n), n),
         "read-batch" => assert_sum(measure_read_batch(&published(n), n), n),
