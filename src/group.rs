@@ -244,6 +244,14 @@ impl GroupShared {
         self.changed(st);
     }
 
+    /// Wakes every member (the topic closed): one with no partitions, asleep until the group
+    /// changes, then sees the close. Takes the lock.
+    pub(crate) fn topic_closed(&self) {
+        for m in &lock(&self.state).members {
+            m.waker.interrupt();
+        }
+    }
+
     /// Bumps the version and interrupts every member's waker. Caller holds the lock.
     fn changed(&self, st: &GroupState) {
         // SeqCst: see the module's Orderings.
@@ -511,13 +519,15 @@ impl<T: Send + Sync + 'static> GroupMember<T> {
 
     /// Up to `max` records of one assigned partition that are ready now. Errors:
     /// [`GroupError::Rebalanced`] when the assignment changes (poll again to go on), and the read
-    /// errors of [`Consumer::poll`](crate::Consumer::poll) (`Empty` also when nothing is assigned).
+    /// errors of [`Consumer::poll`](crate::Consumer::poll). With nothing assigned: `Empty`, or
+    /// `Closed` once the topic is closed (a partition handed over later is still read, then
+    /// `Closed` again, as for a member that had it all along).
     pub fn poll(&mut self, max: usize) -> Result<Batch<'_, T>, GroupError> {
         if let Some(r) = self.sync() {
             return Err(GroupError::Rebalanced(r));
         }
         if self.readers.is_empty() {
-            return Err(GroupError::Read(ReadError::Empty));
+            return Err(GroupError::Read(self.nothing_assigned()));
         }
         let max = max.max(1) as u64;
         match scan(&mut self.readers, self.next, max) {
@@ -528,7 +538,7 @@ impl<T: Send + Sync + 'static> GroupMember<T> {
     }
 
     /// Like [`GroupMember::poll`], waiting up to `timeout` for records or a rebalance. A member
-    /// with no partitions sleeps until the group changes.
+    /// with no partitions sleeps until the group changes or the topic closes.
     pub fn poll_timeout(
         &mut self,
         max: usize,
@@ -556,14 +566,20 @@ impl<T: Send + Sync + 'static> GroupMember<T> {
                 return Err(GroupError::Rebalanced(r));
             }
             if self.readers.is_empty() {
+                if self.closed_without_partitions() {
+                    return Err(GroupError::Read(ReadError::Closed));
+                }
                 if deadline.is_some_and(|d| Instant::now() >= d) {
                     return Err(GroupError::Read(ReadError::Timeout));
                 }
                 let version = &self.group.version;
                 let seen = self.seen;
+                let topic = &self.topic;
+                // A close after the look above interrupts the waker (`GroupShared::topic_closed`),
+                // which ends the park; the look inside only spares the sleep.
                 Log::<T>::park_on(&[], &self.waker, deadline, || {
                     // SeqCst: see the module's Orderings.
-                    (version.load(Ordering::SeqCst) != seen).then_some(())
+                    (version.load(Ordering::SeqCst) != seen || topic.is_closed()).then_some(())
                 });
                 if self.waker.take_interrupt() && stop_on_interrupt {
                     return Ok(None);
@@ -589,6 +605,20 @@ impl<T: Send + Sync + 'static> GroupMember<T> {
 
     fn take(&mut self, i: usize, max: u64) -> Batch<'_, T> {
         take_rotating(&mut self.readers, &mut self.next, i, max)
+    }
+
+    /// What a poll with no partitions assigned says: `Closed` once the topic is, else `Empty`.
+    fn nothing_assigned(&self) -> ReadError {
+        if self.topic.is_closed() {
+            ReadError::Closed
+        } else {
+            ReadError::Empty
+        }
+    }
+
+    /// Whether this member has no partitions and the topic is closed: its polls say `Closed`.
+    pub(crate) fn closed_without_partitions(&self) -> bool {
+        self.readers.is_empty() && self.topic.is_closed()
     }
 
     /// Applies a group change (async polls); `Some` when the user must hear of it.

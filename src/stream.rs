@@ -372,6 +372,11 @@ fn poll_member<T: Send + Sync + 'static>(
         if let Some(r) = member.sync_async() {
             return Poll::Ready(Err(GroupError::Rebalanced(r)));
         }
+        // No partitions: nothing to announce in; a close after this look interrupts the waker,
+        // which `disturbed` below sees.
+        if member.closed_without_partitions() {
+            return Poll::Ready(Err(GroupError::Read(ReadError::Closed)));
+        }
         let (readers, from, waker) = member.async_parts();
         match poll_ready(readers, from, &waker, announced, cx, max) {
             Poll::Ready(Ok(i)) => return Poll::Ready(Ok(i)),
@@ -415,7 +420,7 @@ impl<T: Send + Sync + 'static> Drop for PollGroup<'_, T> {
 
 /// A member is a stream of owned records over its partitions; rebalances are items
 /// (`Err(GroupError::Rebalanced(_))`, after which it goes on), and it ends when its partitions are
-/// closed and fully read.
+/// closed and fully read (a member with none: when the topic closes).
 impl<T: Clone + Send + Sync + 'static> Stream for GroupMember<T> {
     type Item = Result<OwnedRecord<T>, GroupError>;
 

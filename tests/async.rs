@@ -276,6 +276,36 @@ async fn an_idle_group_member_task_wakes_when_the_owner_leaves() {
     assert_eq!(rebalances, 1);
 }
 
+/// A member with no partitions, waiting as a task, wakes when the topic closes and ends (as a
+/// stream) or says `Closed` (a poll); the owner keeps its partition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_group_member_task_hears_the_topic_close() {
+    let topic: Topic<u64> = Topic::new("jobs", TopicConfig::default()).unwrap();
+    let group = topic.group("workers").unwrap();
+    let owner = group.join("a").unwrap();
+    let mut polled = group.join("b").unwrap();
+    let streamed = group.join("c").unwrap();
+    assert_eq!(owner.assignment(), [0]);
+    let poll = tokio::spawn(async move { polled.poll_async(8).await.map(|b| b.len()) });
+    let stream = tokio::spawn(streamed.collect::<Vec<_>>());
+    tokio::time::sleep(Duration::from_millis(20)).await; // let them wait (not a check)
+    topic.close();
+    let polled = tokio::time::timeout(Duration::from_secs(60), poll)
+        .await
+        .expect("the polling task was never woken")
+        .unwrap();
+    assert_eq!(
+        polled.unwrap_err(),
+        logbus::GroupError::Read(ReadError::Closed)
+    );
+    let items = tokio::time::timeout(Duration::from_secs(60), stream)
+        .await
+        .expect("the stream never ended")
+        .unwrap();
+    assert!(items.is_empty(), "{items:?}");
+    drop(owner);
+}
+
 #[test]
 fn a_group_member_is_a_stream_until_closed() {
     let topic: Topic<u64> = Topic::new("stream-g", TopicConfig::default().partitions(2)).unwrap();

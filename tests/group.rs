@@ -189,6 +189,68 @@ fn a_member_without_partitions_sleeps_until_the_group_changes() {
     assert!(h.join().unwrap());
 }
 
+/// A member with no partitions learns that the topic closed, as one with partitions does once it
+/// has read them: `poll` says `Closed`, and a member asleep in `poll_timeout` wakes with it.
+#[test]
+fn a_member_without_partitions_hears_the_topic_close() {
+    let t = topic(1);
+    let group = t.group("g").unwrap();
+    let mut a = group.join("a").unwrap();
+    let mut idle = group.join("b").unwrap();
+    assert!(idle.assignment().is_empty());
+    t.publish(7).unwrap();
+    let asleep = thread::spawn(move || {
+        let got = idle.poll_timeout(1, Duration::from_secs(60)).unwrap_err();
+        (got, idle)
+    });
+    thread::sleep(Duration::from_millis(20));
+    t.close();
+    let (got, mut idle) = asleep.join().unwrap();
+    assert_eq!(got, GroupError::Read(ReadError::Closed));
+    assert_eq!(
+        idle.poll(1).unwrap_err(),
+        GroupError::Read(ReadError::Closed)
+    );
+    // The member with the partition still reads what was published first, then hears the same.
+    assert!(matches!(a.poll(1), Err(GroupError::Rebalanced(_))));
+    assert_eq!(*a.poll(1).unwrap().values().next().unwrap(), 7);
+    assert_eq!(a.poll(1).unwrap_err(), GroupError::Read(ReadError::Closed));
+    // A partition handed over later is read from the group's commit as usual: `Closed` is about
+    // what the member has.
+    t.publish(8).unwrap_err(); // closed: nothing more comes
+    drop(a); // committed nothing: the record is read again (at least once)
+    assert!(matches!(idle.poll(1), Err(GroupError::Rebalanced(_))));
+    assert_eq!(*idle.poll(1).unwrap().values().next().unwrap(), 7);
+    idle.commit();
+    assert_eq!(
+        idle.poll(1).unwrap_err(),
+        GroupError::Read(ReadError::Closed)
+    );
+}
+
+/// A push subscription whose member has no partitions finishes when the topic closes, while the
+/// pull member that owns the partition stays.
+#[test]
+fn a_group_subscription_without_partitions_finishes_when_the_topic_closes() {
+    let t = topic(1);
+    let owner = t.group("workers").unwrap().join("a").unwrap();
+    let sub = t
+        .subscription("b")
+        .group("workers")
+        .handler(|_| Ok::<_, String>(()))
+        .unwrap();
+    assert_eq!(owner.assignment(), [0]);
+    t.close();
+    for _ in 0..60_000 {
+        if sub.stats().finished {
+            break;
+        }
+        thread::sleep(Duration::from_millis(1));
+    }
+    assert!(sub.stats().finished);
+    drop(owner);
+}
+
 /// Two groups on one 8-partition topic; members join and leave at random during 200,000 publishes.
 /// Members commit after every batch and when revoked, so each group sees every record exactly
 /// once, and each partition's records in order inside each member.

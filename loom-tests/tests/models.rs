@@ -422,6 +422,29 @@ fn group_hand_over_never_shares_a_partition() {
     });
 }
 
+/// A group member with no partitions sleeps on its own waker, in no partition's log: a close must
+/// wake it (the topic interrupts every group's members), or the member sleeps for good. Without a
+/// timeout (`Duration::MAX`), so a lost wake-up is a deadlock loom reports.
+#[test]
+fn close_wakes_a_member_without_partitions() {
+    model(|| {
+        use std::time::Duration;
+        let topic = Topic::<u64>::new("m", config()).unwrap();
+        let group = topic.group("g").unwrap();
+        let owner = group.join("a").unwrap();
+        let mut idle = group.join("b").unwrap();
+        assert!(idle.assignment().is_empty());
+        let t = topic.clone();
+        let closer = thread::spawn(move || t.close());
+        assert_eq!(
+            idle.poll_timeout(1, Duration::MAX).unwrap_err(),
+            logbus::GroupError::Read(ReadError::Closed)
+        );
+        closer.join().unwrap();
+        drop(owner);
+    });
+}
+
 /// I7 and the ack deadline: the handler hands its delivery's `AckHandle` to another thread, and the
 /// deadline (1 ns here, so it has always passed by the time the subscription checks it: the check
 /// comes after a lock and a model scheduling point, microseconds later) races the ack.
