@@ -26,29 +26,15 @@ if [ $# -lt 1 ]; then
     exit 2
 fi
 base=$1 other=${2:-} rounds=${3:-3} filter=${4:-}
-root=$(git rev-parse --show-toplevel)
-work=$(mktemp -d)
-trees=()
-cleanup() {
-    for t in "${trees[@]}"; do git -C "$root" worktree remove --force "$t" 2>/dev/null || true; done
-    rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=perf/trees.sh
+. "$(dirname "$0")/trees.sh"
 
 # Builds the bench binary of revision $1 (empty: the working tree) in target directory $3 and
 # copies it to $2.
 build() {
-    local rev=$1 out=$2 target=$root/target/bench-pairs/$3 dir=$root
-    if [ -n "$rev" ]; then
-        dir=$work/tree-$(basename "$out")
-        git -C "$root" worktree add --detach -q "$dir" "$rev"
-        trees+=("$dir")
-    fi
-    local exe
-    exe=$(cd "$dir" && CARGO_TARGET_DIR=$target \
-        cargo bench --bench log --no-run --message-format=json 2>/dev/null |
-        jq -r 'select(.reason == "compiler-artifact" and .target.name == "log" and .executable != null) | .executable' |
-        tail -n 1)
+    local rev=$1 out=$2 exe
+    checkout "$rev" "$(basename "$out")"
+    exe=$(artifact log "$root/target/bench-pairs/$3" bench --bench log --no-run)
     if [ -z "$exe" ]; then
         echo "no bench binary built for ${rev:-the working tree}" >&2
         exit 1

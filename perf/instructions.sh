@@ -31,31 +31,19 @@ for tool in valgrind callgrind_annotate jq; do
     command -v "$tool" > /dev/null || { echo "instructions.sh needs $tool" >&2; exit 1; }
 done
 base=$1 other=${2:-} paths=${3:-publish ring-publish topic-publish read read-batch poll subscription}
-root=$(git rev-parse --show-toplevel)
-work=$(mktemp -d)
-trees=()
-cleanup() {
-    for t in "${trees[@]}"; do git -C "$root" worktree remove --force "$t" 2>/dev/null || true; done
-    rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=perf/trees.sh
+. "$(dirname "$0")/trees.sh"
 
 # Builds the driver in revision $1 (empty: the working tree) with target directory $3; copies it
 # to $2.
 build() {
-    local rev=$1 out=$2 target=$root/target/instructions/$3 dir=$root
+    local rev=$1 out=$2 exe
+    checkout "$rev" "$(basename "$out")"
     if [ -n "$rev" ]; then
-        dir=$work/tree-$(basename "$out")
-        git -C "$root" worktree add --detach -q "$dir" "$rev"
-        trees+=("$dir")
         mkdir -p "$dir/perf/src/bin"
         cp "$root/perf/src/bin/count.rs" "$dir/perf/src/bin/count.rs"
     fi
-    local exe
-    exe=$(cd "$dir" && CARGO_TARGET_DIR=$target \
-        cargo build --release -p logbus-perf --bin count --message-format=json 2>/dev/null |
-        jq -r 'select(.reason == "compiler-artifact" and .target.name == "count" and .executable != null) | .executable' |
-        tail -n 1)
+    exe=$(artifact count "$root/target/instructions/$3" build --release -p logbus-perf --bin count)
     if [ -z "$exe" ]; then
         echo "the driver did not build in ${rev:-the working tree}" >&2
         exit 1

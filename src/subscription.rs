@@ -902,6 +902,14 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
         counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
     }
 
+    /// [`Context::dead_letter`] for the record at hand, given its parts (see [`Context::filtered`]:
+    /// its address would make the delivery loop build every record on the stack).
+    #[inline(always)]
+    fn dead_letter_record(&self, record: &Record<'_, T>, attempts: u32, error: String) -> Step {
+        let (value, partition, offset) = (record.value(), record.partition(), record.offset());
+        self.dead_letter(value, partition, offset, attempts, error)
+    }
+
     /// Writes the record to the dead-letter topic.
     ///
     /// While that topic has no room (a capacity under `Block` or `Reject`, a reader lagging) or
@@ -1007,13 +1015,7 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
             };
             self.count(&self.shared.failed);
             if attempt >= self.retry.max_attempts {
-                return self.dead_letter(
-                    record.value(),
-                    record.partition(),
-                    record.offset(),
-                    attempt,
-                    error,
-                );
+                return self.dead_letter_record(record, attempt, error);
             }
             let delay = self.retry.backoff.delay(attempt, &mut self.seed);
             event!(
@@ -1098,13 +1100,7 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
                     let why = error
                         .take()
                         .unwrap_or_else(|| "terminated by the handler".into());
-                    return self.dead_letter(
-                        record.value(),
-                        record.partition(),
-                        record.offset(),
-                        deliveries,
-                        why,
-                    );
+                    return self.dead_letter_record(record, deliveries, why);
                 }
                 Awaited::Settled(Outcome::Nak(delay)) => {
                     self.count(&self.shared.failed);
@@ -1128,13 +1124,7 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
             };
             if deliveries >= self.max_deliver {
                 let why = error.unwrap_or_default();
-                return self.dead_letter(
-                    record.value(),
-                    record.partition(),
-                    record.offset(),
-                    deliveries,
-                    why,
-                );
+                return self.dead_letter_record(record, deliveries, why);
             }
             if self.shared.sleep_unless_closing(retry_after) {
                 return Step::Stop;
