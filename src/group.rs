@@ -147,6 +147,12 @@ struct GroupState {
     members: Vec<MemberSlot>,
     /// By partition: the member that owns it.
     owner: Vec<Option<u64>>,
+    /// By partition: its owner has read it to its closed end (cleared when the owner changes).
+    /// The group is done with a closed topic when every partition is owned and read so.
+    read_to_end: Vec<bool>,
+    /// The group has been done with the closed topic: it stays done, so members that leave on
+    /// `Closed` (handing their partitions over) do not hold back those still to hear it.
+    done: bool,
     /// By member id: the partitions it should own.
     target: HashMap<u64, Vec<u32>>,
     start: Start,
@@ -175,6 +181,8 @@ impl GroupShared {
                 next_id: 0,
                 members: Vec::new(),
                 owner: vec![None; partitions as usize],
+                read_to_end: vec![false; partitions as usize],
+                done: false,
                 target: HashMap::new(),
                 start: Start::Earliest,
                 assignor: Arc::new(Box::new(RangeAssignor)),
@@ -242,14 +250,6 @@ impl GroupShared {
             })
             .collect();
         self.changed(st);
-    }
-
-    /// Wakes every member (the topic closed): one with no partitions, asleep until the group
-    /// changes, then sees the close. Takes the lock.
-    pub(crate) fn topic_closed(&self) {
-        for m in &lock(&self.state).members {
-            m.waker.interrupt();
-        }
     }
 
     /// Bumps the version and interrupts every member's waker. Caller holds the lock.
@@ -480,6 +480,7 @@ impl<T: Send + Sync + 'static> GroupMember<T> {
             self.readers.retain(|r| !revoked.contains(&r.partition()));
             for p in &revoked {
                 st.owner[*p as usize] = None;
+                st.read_to_end[*p as usize] = false;
             }
             changed = true;
         }
@@ -496,6 +497,7 @@ impl<T: Send + Sync + 'static> GroupMember<T> {
             // An offset start that retention passed starts at the start.
             let pos = resume_position(log, resume, st.start).unwrap_or_else(|_| log.start());
             st.owner[p as usize] = Some(self.id);
+            st.read_to_end[p as usize] = false;
             let mut reader = Reader::at(Arc::clone(log), p, pos, Arc::clone(&self.waker));
             if resume.is_none() {
                 reader.settle_start(st.start);
@@ -519,26 +521,37 @@ impl<T: Send + Sync + 'static> GroupMember<T> {
 
     /// Up to `max` records of one assigned partition that are ready now. Errors:
     /// [`GroupError::Rebalanced`] when the assignment changes (poll again to go on), and the read
-    /// errors of [`Consumer::poll`](crate::Consumer::poll). With nothing assigned: `Empty`, or
-    /// `Closed` once the topic is closed (a partition handed over later is still read, then
-    /// `Closed` again, as for a member that had it all along).
+    /// errors of [`Consumer::poll`](crate::Consumer::poll) (`Empty` also when nothing is assigned).
+    ///
+    /// `Closed` comes once the group is done with a closed topic: every partition is owned by a
+    /// member that has read it to its end. Until then a member with nothing left to read (no
+    /// partitions, or its own read to the end) gets `Empty` (or waits, in `poll_timeout`): a
+    /// partition may still come its way, handed over or left by a member that leaves, with
+    /// records nobody has read. So no member leaves on `Closed` while records are unread.
     pub fn poll(&mut self, max: usize) -> Result<Batch<'_, T>, GroupError> {
         if let Some(r) = self.sync() {
             return Err(GroupError::Rebalanced(r));
         }
-        if self.readers.is_empty() {
-            return Err(GroupError::Read(self.nothing_assigned()));
+        let drained = !self.readers.is_empty();
+        if drained {
+            let max = max.max(1) as u64;
+            match scan(&mut self.readers, self.next, max) {
+                Ok(Some(i)) => return Ok(self.take(i, max)),
+                Ok(None) => return Err(GroupError::Read(ReadError::Empty)),
+                Err((_, ReadError::Closed)) => {} // all of ours read to their closed end
+                Err((_, e)) => return Err(GroupError::Read(e)),
+            }
         }
-        let max = max.max(1) as u64;
-        match scan(&mut self.readers, self.next, max) {
-            Ok(Some(i)) => Ok(self.take(i, max)),
-            Ok(None) => Err(GroupError::Read(ReadError::Empty)),
-            Err((_, e)) => Err(GroupError::Read(e)),
-        }
+        Err(GroupError::Read(if self.group_done(drained) {
+            ReadError::Closed
+        } else {
+            ReadError::Empty
+        }))
     }
 
     /// Like [`GroupMember::poll`], waiting up to `timeout` for records or a rebalance. A member
-    /// with no partitions sleeps until the group changes or the topic closes.
+    /// with nothing to read (no partitions, or its partitions read to their closed end) sleeps
+    /// until the group changes or is done with the closed topic.
     pub fn poll_timeout(
         &mut self,
         max: usize,
@@ -565,40 +578,43 @@ impl<T: Send + Sync + 'static> GroupMember<T> {
             if let Some(r) = self.sync() {
                 return Err(GroupError::Rebalanced(r));
             }
-            if self.readers.is_empty() {
-                if self.closed_without_partitions() {
-                    return Err(GroupError::Read(ReadError::Closed));
+            let drained = !self.readers.is_empty();
+            if drained {
+                match wait_any(
+                    &mut self.readers,
+                    self.next,
+                    &self.waker,
+                    wait,
+                    deadline,
+                    max,
+                ) {
+                    Ok(Waited::Ready(i)) => return Ok(Some(i)),
+                    Ok(Waited::TimedOut) => return Err(GroupError::Read(ReadError::Timeout)),
+                    Ok(Waited::Interrupted) if stop_on_interrupt => return Ok(None),
+                    Ok(Waited::Interrupted) => continue,
+                    Err((_, ReadError::Closed)) => {} // all of ours read to their closed end
+                    Err((_, e)) => return Err(GroupError::Read(e)),
                 }
-                if deadline.is_some_and(|d| Instant::now() >= d) {
-                    return Err(GroupError::Read(ReadError::Timeout));
-                }
-                let version = &self.group.version;
-                let seen = self.seen;
-                let topic = &self.topic;
-                // A close after the look above interrupts the waker (`GroupShared::topic_closed`),
-                // which ends the park; the look inside only spares the sleep.
-                Log::<T>::park_on(&[], &self.waker, deadline, || {
-                    // SeqCst: see the module's Orderings.
-                    (version.load(Ordering::SeqCst) != seen || topic.is_closed()).then_some(())
-                });
-                if self.waker.take_interrupt() && stop_on_interrupt {
-                    return Ok(None);
-                }
-                continue;
             }
-            match wait_any(
-                &mut self.readers,
-                self.next,
-                &self.waker,
-                wait,
-                deadline,
-                max,
-            ) {
-                Ok(Waited::Ready(i)) => return Ok(Some(i)),
-                Ok(Waited::TimedOut) => return Err(GroupError::Read(ReadError::Timeout)),
-                Ok(Waited::Interrupted) if stop_on_interrupt => return Ok(None),
-                Ok(Waited::Interrupted) => continue,
-                Err((_, e)) => return Err(GroupError::Read(e)),
+            // Nothing of ours to read: wait for the group to change (a partition arriving) or
+            // to be done with a closed topic.
+            if self.group_done(drained) {
+                return Err(GroupError::Read(ReadError::Closed));
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(GroupError::Read(ReadError::Timeout));
+            }
+            let seen = self.seen;
+            let me = &*self;
+            // A change, or the group getting done, after the look above interrupts the waker
+            // (`changed`, `group_done`), which ends the park; the look inside spares the sleep.
+            Log::<T>::park_on(&[], &me.waker, deadline, || {
+                // SeqCst: see the module's Orderings.
+                let changed = me.group.version.load(Ordering::SeqCst) != seen;
+                (changed || me.group_done(false)).then_some(())
+            });
+            if self.waker.take_interrupt() && stop_on_interrupt {
+                return Ok(None);
             }
         }
     }
@@ -607,18 +623,47 @@ impl<T: Send + Sync + 'static> GroupMember<T> {
         take_rotating(&mut self.readers, &mut self.next, i, max)
     }
 
-    /// What a poll with no partitions assigned says: `Closed` once the topic is, else `Empty`.
-    fn nothing_assigned(&self) -> ReadError {
-        if self.topic.is_closed() {
-            ReadError::Closed
-        } else {
-            ReadError::Empty
-        }
+    /// Whether this member owns no partition now.
+    #[cfg(feature = "async")]
+    pub(crate) fn has_no_partitions(&self) -> bool {
+        self.readers.is_empty()
     }
 
-    /// Whether this member has no partitions and the topic is closed: its polls say `Closed`.
-    pub(crate) fn closed_without_partitions(&self) -> bool {
-        self.readers.is_empty() && self.topic.is_closed()
+    /// Whether the group is done with the topic, for a member with nothing of its own left to
+    /// read: the topic is closed, and every partition is owned by a member that has read it to
+    /// its closed end. With `drained` (all of this member's readers said `Closed`), first marks
+    /// this member's partitions read so; the member that completes the group wakes every member,
+    /// so those waiting hear it. Once done, the group stays done: a member that leaves on
+    /// `Closed` hands its partitions over, and a member given one then still reads it (from the
+    /// group's commit) before it hears `Closed` again, but nobody waits for that.
+    ///
+    /// A member alone cannot tell: a partition still on its way to it, or given to it when
+    /// another member leaves, may hold records nobody has read, and a member that left on
+    /// `Closed` could not read them. So every member waits until the whole group is done, and
+    /// then they all hear `Closed`. Takes the group's lock; only a closed topic asks.
+    pub(crate) fn group_done(&self, drained: bool) -> bool {
+        if !self.topic.is_closed() {
+            return false;
+        }
+        let mut st = lock(&self.group.state);
+        if st.done {
+            return true;
+        }
+        if drained {
+            for r in &self.readers {
+                let p = r.partition() as usize;
+                if st.owner[p] == Some(self.id) {
+                    st.read_to_end[p] = true;
+                }
+            }
+        }
+        st.done = st.owner.iter().all(Option::is_some) && st.read_to_end.iter().all(|read| *read);
+        if st.done {
+            for m in &st.members {
+                m.waker.interrupt();
+            }
+        }
+        st.done
     }
 
     /// Applies a group change (async polls); `Some` when the user must hear of it.
@@ -755,9 +800,10 @@ impl<T: Send + Sync + 'static> Drop for GroupMember<T> {
         crate::stream::leave_member(self);
         let mut st = lock(&self.group.state);
         self.readers.clear();
-        for o in st.owner.iter_mut() {
-            if *o == Some(self.id) {
-                *o = None;
+        for p in 0..st.owner.len() {
+            if st.owner[p] == Some(self.id) {
+                st.owner[p] = None;
+                st.read_to_end[p] = false;
             }
         }
         st.members.retain(|m| m.id != self.id);

@@ -372,14 +372,27 @@ fn poll_member<T: Send + Sync + 'static>(
         if let Some(r) = member.sync_async() {
             return Poll::Ready(Err(GroupError::Rebalanced(r)));
         }
-        // No partitions: nothing to announce in; a close after this look interrupts the waker,
-        // which `disturbed` below sees.
-        if member.closed_without_partitions() {
+        // No partitions: the group getting done after this look interrupts the waker, which
+        // `disturbed` below sees.
+        if member.has_no_partitions() && member.group_done(false) {
             return Poll::Ready(Err(GroupError::Read(ReadError::Closed)));
         }
         let (readers, from, waker) = member.async_parts();
         match poll_ready(readers, from, &waker, announced, cx, max) {
             Poll::Ready(Ok(i)) => return Poll::Ready(Ok(i)),
+            // All of ours read to their closed end: `Closed` once the whole group is done (see
+            // `GroupMember::group_done`). Until then, wait as a task, announced in no log: a
+            // group change or the group getting done interrupts the waker and wakes the task.
+            Poll::Ready(Err((_, ReadError::Closed))) => {
+                if member.group_done(true) {
+                    return Poll::Ready(Err(GroupError::Read(ReadError::Closed)));
+                }
+                waker.set_task(cx.waker());
+                if member.disturbed() {
+                    continue;
+                }
+                return Poll::Pending;
+            }
             Poll::Ready(Err((_, e))) => return Poll::Ready(Err(GroupError::Read(e))),
             // Announced: a group change from now on interrupts the waker and wakes the task; one
             // that came before is seen here (the same handshake as a parking thread).
@@ -420,7 +433,7 @@ impl<T: Send + Sync + 'static> Drop for PollGroup<'_, T> {
 
 /// A member is a stream of owned records over its partitions; rebalances are items
 /// (`Err(GroupError::Rebalanced(_))`, after which it goes on), and it ends when its partitions are
-/// closed and fully read (a member with none: when the topic closes).
+/// closed and the group has read every partition to its end (see [`GroupMember::poll`]).
 impl<T: Clone + Send + Sync + 'static> Stream for GroupMember<T> {
     type Item = Result<OwnedRecord<T>, GroupError>;
 

@@ -406,12 +406,6 @@ impl<T: Send + Sync + 'static> Topic<T> {
         for log in self.inner.partitions.iter() {
             log.close();
         }
-        // Group members with no partitions wait on the group, not on a partition: wake them to
-        // see the close. Outside the topic's lock: each group takes its own.
-        let groups: Vec<_> = lock(&self.inner.groups).values().cloned().collect();
-        for group in groups {
-            group.topic_closed();
-        }
     }
 
     /// Whether the topic is closed.

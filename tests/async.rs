@@ -276,20 +276,34 @@ async fn an_idle_group_member_task_wakes_when_the_owner_leaves() {
     assert_eq!(rebalances, 1);
 }
 
-/// A member with no partitions, waiting as a task, wakes when the topic closes and ends (as a
-/// stream) or says `Closed` (a poll); the owner keeps its partition.
+/// Members with no partitions, waiting as tasks, wake when the group is done with the closed
+/// topic (the owner has read its partition to the end): a poll says `Closed`, a stream ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_idle_group_member_task_hears_the_topic_close() {
+async fn idle_group_member_tasks_hear_closed_once_the_group_is_done() {
     let topic: Topic<u64> = Topic::new("jobs", TopicConfig::default()).unwrap();
     let group = topic.group("workers").unwrap();
-    let owner = group.join("a").unwrap();
+    let mut owner = group.join("a").unwrap();
     let mut polled = group.join("b").unwrap();
     let streamed = group.join("c").unwrap();
     assert_eq!(owner.assignment(), [0]);
     let poll = tokio::spawn(async move { polled.poll_async(8).await.map(|b| b.len()) });
     let stream = tokio::spawn(streamed.collect::<Vec<_>>());
-    tokio::time::sleep(Duration::from_millis(20)).await; // let them wait (not a check)
+    topic.publish(5).unwrap();
     topic.close();
+    tokio::time::sleep(Duration::from_millis(20)).await; // let them wait (not a check)
+    assert!(
+        !poll.is_finished() && !stream.is_finished(),
+        "the owner has not read yet"
+    );
+    assert!(matches!(
+        owner.poll(8),
+        Err(logbus::GroupError::Rebalanced(_))
+    ));
+    assert_eq!(owner.poll(8).unwrap().len(), 1);
+    assert_eq!(
+        owner.poll(8).unwrap_err(),
+        logbus::GroupError::Read(ReadError::Closed)
+    );
     let polled = tokio::time::timeout(Duration::from_secs(60), poll)
         .await
         .expect("the polling task was never woken")
@@ -303,7 +317,68 @@ async fn an_idle_group_member_task_hears_the_topic_close() {
         .expect("the stream never ended")
         .unwrap();
     assert!(items.is_empty(), "{items:?}");
-    drop(owner);
+}
+
+/// Hands partition 1 from `a` to `b` when `c` joins; `b` keeps partition 2 (see the test below).
+struct Shift;
+
+impl logbus::Assignor for Shift {
+    fn assign(&self, _partitions: u32, members: &[&str]) -> Vec<Vec<u32>> {
+        match members {
+            [_] => vec![vec![0, 1, 2]],
+            [_, _] => vec![vec![0, 1], vec![2]],
+            _ => vec![vec![0], vec![1, 2], vec![]],
+        }
+    }
+}
+
+/// A member that has read its own partitions to the closed end, while another partition is on
+/// its way to it, waits as a task for that partition rather than end: its records would be left
+/// without a reader. It ends once the group has read everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drained_member_task_waits_for_a_partition_on_its_way() {
+    let topic: Topic<u64> = Topic::new("shift", TopicConfig::default().partitions(3)).unwrap();
+    let group = topic.group("g").unwrap();
+    group.set_assignor(Shift);
+    let mut a = group.join("a").unwrap();
+    assert!(matches!(a.poll(8), Err(logbus::GroupError::Rebalanced(_)))); // a: 0, 1, 2
+    let mut b = group.join("b").unwrap();
+    assert!(matches!(a.poll(8), Err(logbus::GroupError::Rebalanced(r)) if r.revoked == [2]));
+    assert!(a.poll(8).is_err()); // lets 2 go
+    assert!(matches!(b.poll(8), Err(logbus::GroupError::Rebalanced(r)) if r.assigned == [2]));
+    let _c = group.join("c").unwrap(); // b is now meant to have 1 and 2; a still holds 1
+    for p in 0..3 {
+        topic.publish_to(p, u64::from(p)).unwrap();
+    }
+    topic.close();
+    let stream = tokio::spawn(b.collect::<Vec<_>>());
+    tokio::time::sleep(Duration::from_millis(20)).await; // let b read 2 and wait (not a check)
+    assert!(!stream.is_finished(), "b ended with partition 1 on its way");
+    // `a` hears of the revocation, lets partition 1 go on its next poll, reads its own, and
+    // hears `Closed` once b has read 1 and 2 as well.
+    assert!(matches!(a.poll(8), Err(logbus::GroupError::Rebalanced(r)) if r.revoked == [1]));
+    assert_eq!(*a.poll(8).unwrap().values().next().unwrap(), 0);
+    let a_done = tokio::task::spawn_blocking(move || {
+        a.poll_timeout(8, Duration::from_secs(60)).map(|b| b.len())
+    });
+    let items = tokio::time::timeout(Duration::from_secs(60), stream)
+        .await
+        .expect("b never ended")
+        .unwrap();
+    let mut values: Vec<u64> = items
+        .into_iter()
+        .filter_map(|i| match i {
+            Ok(r) => Some(r.value),
+            Err(logbus::GroupError::Rebalanced(_)) => None,
+            Err(e) => panic!("{e}"),
+        })
+        .collect();
+    values.sort_unstable();
+    assert_eq!(values, [1, 2]);
+    assert_eq!(
+        a_done.await.unwrap().unwrap_err(),
+        logbus::GroupError::Read(ReadError::Closed)
+    );
 }
 
 #[test]

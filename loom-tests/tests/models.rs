@@ -422,26 +422,35 @@ fn group_hand_over_never_shares_a_partition() {
     });
 }
 
-/// A group member with no partitions sleeps on its own waker, in no partition's log: a close must
-/// wake it (the topic interrupts every group's members), or the member sleeps for good. Without a
-/// timeout (`Duration::MAX`), so a lost wake-up is a deadlock loom reports.
+/// A group member with no partitions sleeps on its own waker, in no partition's log, until the
+/// group is done with the closed topic: the owner that reads the last partition to its end must
+/// wake it, or it sleeps for good. Without a timeout (`Duration::MAX`), so a lost wake-up is a
+/// deadlock loom reports.
 #[test]
-fn close_wakes_a_member_without_partitions() {
+fn the_group_getting_done_wakes_a_member_without_partitions() {
     model(|| {
+        use logbus::GroupError;
         use std::time::Duration;
         let topic = Topic::<u64>::new("m", config()).unwrap();
         let group = topic.group("g").unwrap();
-        let owner = group.join("a").unwrap();
+        let mut owner = group.join("a").unwrap();
         let mut idle = group.join("b").unwrap();
         assert!(idle.assignment().is_empty());
         let t = topic.clone();
-        let closer = thread::spawn(move || t.close());
+        let closer = thread::spawn(move || {
+            t.close();
+            assert!(matches!(owner.poll(1), Err(GroupError::Rebalanced(_))));
+            assert_eq!(
+                owner.poll(1).unwrap_err(),
+                GroupError::Read(ReadError::Closed)
+            );
+            owner // kept in the group: leaving would hand its partition to `idle`
+        });
         assert_eq!(
             idle.poll_timeout(1, Duration::MAX).unwrap_err(),
-            logbus::GroupError::Read(ReadError::Closed)
+            GroupError::Read(ReadError::Closed)
         );
-        closer.join().unwrap();
-        drop(owner);
+        drop(closer.join().unwrap());
     });
 }
 
