@@ -16,7 +16,10 @@
 //! `version` is bumped with SeqCst under the group lock on every change (join, leave, release); a
 //! member compares it (SeqCst load) with the version it last synced at, and takes the lock only
 //! when they differ. After a bump every member's waker is interrupted, so a member sleeping in
-//! `poll_timeout` re-syncs.
+//! `poll_timeout` re-syncs. The group's end with a closed topic (`done`) is decided under the
+//! group lock too, and the member that decides it interrupts every member's waker; a member with
+//! nothing to read looks at `done` under the lock after announcing its park, so either it sees
+//! `done` or the interrupt wakes it (loom: `the_group_getting_done_wakes_a_member_without_partitions`).
 
 use std::{collections::HashMap, fmt, time::Duration, time::Instant};
 
@@ -532,8 +535,8 @@ impl<T: Send + Sync + 'static> GroupMember<T> {
         if let Some(r) = self.sync() {
             return Err(GroupError::Rebalanced(r));
         }
-        let drained = !self.readers.is_empty();
-        if drained {
+        let own = !self.readers.is_empty();
+        if own {
             let max = max.max(1) as u64;
             match scan(&mut self.readers, self.next, max) {
                 Ok(Some(i)) => return Ok(self.take(i, max)),
@@ -542,7 +545,8 @@ impl<T: Send + Sync + 'static> GroupMember<T> {
                 Err((_, e)) => return Err(GroupError::Read(e)),
             }
         }
-        Err(GroupError::Read(if self.group_done(drained) {
+        // Here with partitions of our own, all of them are read to their closed end.
+        Err(GroupError::Read(if self.group_done(own) {
             ReadError::Closed
         } else {
             ReadError::Empty
@@ -578,8 +582,8 @@ impl<T: Send + Sync + 'static> GroupMember<T> {
             if let Some(r) = self.sync() {
                 return Err(GroupError::Rebalanced(r));
             }
-            let drained = !self.readers.is_empty();
-            if drained {
+            let own = !self.readers.is_empty();
+            if own {
                 match wait_any(
                     &mut self.readers,
                     self.next,
@@ -596,9 +600,9 @@ impl<T: Send + Sync + 'static> GroupMember<T> {
                     Err((_, e)) => return Err(GroupError::Read(e)),
                 }
             }
-            // Nothing of ours to read: wait for the group to change (a partition arriving) or
-            // to be done with a closed topic.
-            if self.group_done(drained) {
+            // Nothing of ours to read (with partitions of our own, all are read to their closed
+            // end): wait for the group to change (a partition arriving) or to be done.
+            if self.group_done(own) {
                 return Err(GroupError::Read(ReadError::Closed));
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
