@@ -19,7 +19,8 @@
 //! `poll_timeout` re-syncs. The group's end with a closed topic (`done`) is decided under the
 //! group lock too, and the member that decides it interrupts every member's waker; a member with
 //! nothing to read looks at `done` under the lock after announcing its park, so either it sees
-//! `done` or the interrupt wakes it (loom: `the_group_getting_done_wakes_a_member_without_partitions`).
+//! `done` or the interrupt wakes it (the loom model
+//! `the_group_getting_done_wakes_a_member_without_partitions`).
 
 use std::{collections::HashMap, fmt, time::Duration, time::Instant};
 
