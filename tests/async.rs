@@ -319,6 +319,20 @@ async fn idle_group_member_tasks_hear_closed_once_the_group_is_done() {
     assert!(items.is_empty(), "{items:?}");
 }
 
+/// The values a group member's stream gave, sorted; rebalances skipped, any other error fails.
+fn sorted_values(items: Vec<Result<logbus::OwnedRecord<u64>, logbus::GroupError>>) -> Vec<u64> {
+    let mut values: Vec<u64> = items
+        .into_iter()
+        .filter_map(|i| match i {
+            Ok(r) => Some(r.value),
+            Err(logbus::GroupError::Rebalanced(_)) => None,
+            Err(e) => panic!("{e}"),
+        })
+        .collect();
+    values.sort_unstable();
+    values
+}
+
 /// Hands partition 1 from `a` to `b` when `c` joins; `b` keeps partition 2 (see the test below).
 struct Shift;
 
@@ -358,27 +372,24 @@ async fn a_drained_member_task_waits_for_a_partition_on_its_way() {
     // hears `Closed` once b has read 1 and 2 as well.
     assert!(matches!(a.poll(8), Err(logbus::GroupError::Rebalanced(r)) if r.revoked == [1]));
     assert_eq!(*a.poll(8).unwrap().values().next().unwrap(), 0);
+    // `a` stays in the group until b has ended: leaving would hand partition 0 to b, which would
+    // then read it again from the group's commit (none: at least once).
     let a_done = tokio::task::spawn_blocking(move || {
-        a.poll_timeout(8, Duration::from_secs(60)).map(|b| b.len())
+        let got = a.poll_timeout(8, Duration::from_secs(60)).map(|b| b.len());
+        (got, a)
     });
     let items = tokio::time::timeout(Duration::from_secs(60), stream)
         .await
         .expect("b never ended")
         .unwrap();
-    let mut values: Vec<u64> = items
-        .into_iter()
-        .filter_map(|i| match i {
-            Ok(r) => Some(r.value),
-            Err(logbus::GroupError::Rebalanced(_)) => None,
-            Err(e) => panic!("{e}"),
-        })
-        .collect();
-    values.sort_unstable();
+    let values = sorted_values(items);
     assert_eq!(values, [1, 2]);
+    let (got, a) = a_done.await.unwrap();
     assert_eq!(
-        a_done.await.unwrap().unwrap_err(),
+        got.unwrap_err(),
         logbus::GroupError::Read(ReadError::Closed)
     );
+    drop(a);
 }
 
 #[test]
@@ -388,15 +399,7 @@ fn a_group_member_is_a_stream_until_closed() {
     let publisher = publish_from_thread(&topic, 1_000, 100);
     let items: Vec<_> = block_on(member.collect::<Vec<_>>());
     publisher.join().unwrap();
-    let mut values: Vec<u64> = items
-        .into_iter()
-        .filter_map(|i| match i {
-            Ok(r) => Some(r.value),
-            Err(logbus::GroupError::Rebalanced(_)) => None,
-            Err(e) => panic!("{e}"),
-        })
-        .collect();
-    values.sort_unstable();
+    let values = sorted_values(items);
     assert_eq!(values, (0..1_000).collect::<Vec<_>>());
 }
 
