@@ -186,7 +186,8 @@ pub enum ReadError {
     /// Retention removed `n` records before this reader read them. The reader now stands at the
     /// oldest retained record; the next read continues from there.
     Lagged(u64),
-    /// The topic is closed and this reader has read everything published before the close.
+    /// The topic is closed and this reader has read everything published before the close (a
+    /// group member: the whole group has, see [`GroupMember::poll`](crate::GroupMember::poll)).
     Closed,
     /// Nothing is ready yet (only from `try_` reads).
     Empty,

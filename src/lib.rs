@@ -96,7 +96,8 @@
 //!
 //! ## Close and drop
 //! [`Topic::close`] (or [`Broker::delete`]) stops publishing: publishes fail with `Closed` and
-//! hand the value back; readers drain what was published, then get [`ReadError::Closed`]. Dropping
+//! hand the value back; readers drain what was published, then get [`ReadError::Closed`] (the
+//! members of a consumer group together, once the group has read every partition). Dropping
 //! a reader or consumer releases its cursor (and any `Block` wait it caused); dropping a
 //! [`Subscription`] closes it and joins its thread; values are dropped exactly once (I4), when
 //! retention reclaims their segment or the last handle of the topic goes. A reclaimed segment's
