@@ -260,7 +260,14 @@ impl GroupShared {
     fn changed(&self, st: &GroupState) {
         // SeqCst: see the module's Orderings.
         self.version.fetch_add(1, Ordering::SeqCst);
-        for m in &st.members {
+        st.wake_members();
+    }
+}
+
+impl GroupState {
+    /// Interrupts every member's waker, so each one looks at the group again.
+    fn wake_members(&self) {
+        for m in &self.members {
             m.waker.interrupt();
         }
     }
@@ -664,9 +671,7 @@ impl<T: Send + Sync + 'static> GroupMember<T> {
         }
         st.done = st.owner.iter().all(Option::is_some) && st.read_to_end.iter().all(|read| *read);
         if st.done {
-            for m in &st.members {
-                m.waker.interrupt();
-            }
+            st.wake_members();
         }
         st.done
     }
