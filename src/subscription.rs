@@ -783,18 +783,21 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
                 Fetched::Nothing => continue,
                 Fetched::Batch(batch) => {
                     let p = batch.partition();
+                    // Looked up once a batch: the handler takes `self`, so the loop would load
+                    // `self.shared` and check the index again for every record.
+                    let shared = Arc::clone(&self.shared);
+                    let position = &shared.positions[p as usize];
                     for record in batch.iter() {
                         // Acquire: see the module's Orderings.
-                        if self.shared.attention.load(Ordering::Acquire) {
+                        if shared.attention.load(Ordering::Acquire) {
                             rewind = Some((p, record.offset()));
                             break;
                         }
                         match process(self, &record) {
                             Step::Done => {
                                 // Release: see the module's Orderings (`positions`).
-                                self.shared.positions[p as usize]
-                                    .store(record.offset() + 1, Ordering::Release);
-                                self.shared.notify_idle_waiters();
+                                position.store(record.offset() + 1, Ordering::Release);
+                                shared.notify_idle_waiters();
                                 since_commit += 1;
                                 if since_commit >= COMMIT_EVERY {
                                     since_commit = 0;
