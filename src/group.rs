@@ -151,8 +151,9 @@ struct GroupState {
     members: Vec<MemberSlot>,
     /// By partition: the member that owns it.
     owner: Vec<Option<u64>>,
-    /// By partition: its owner has read it to its closed end (cleared when the owner changes).
-    /// The group is done with a closed topic when every partition is owned and read so.
+    /// By partition: its owner has read it to its closed end (cleared when a member takes it; an
+    /// unowned partition counts as unread anyway). The group is done with a closed topic when
+    /// every partition is owned and read so.
     read_to_end: Vec<bool>,
     /// The group has been done with the closed topic: it stays done, so members that leave on
     /// `Closed` (handing their partitions over) do not hold back those still to hear it.
@@ -491,7 +492,6 @@ impl<T: Send + Sync + 'static> GroupMember<T> {
             self.readers.retain(|r| !revoked.contains(&r.partition()));
             for p in &revoked {
                 st.owner[*p as usize] = None;
-                st.read_to_end[*p as usize] = false;
             }
             changed = true;
         }
@@ -810,10 +810,9 @@ impl<T: Send + Sync + 'static> Drop for GroupMember<T> {
         crate::stream::leave_member(self);
         let mut st = lock(&self.group.state);
         self.readers.clear();
-        for p in 0..st.owner.len() {
-            if st.owner[p] == Some(self.id) {
-                st.owner[p] = None;
-                st.read_to_end[p] = false;
+        for o in st.owner.iter_mut() {
+            if *o == Some(self.id) {
+                *o = None;
             }
         }
         st.members.retain(|m| m.id != self.id);

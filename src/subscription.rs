@@ -783,8 +783,11 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
                 Fetched::Nothing => continue,
                 Fetched::Batch(batch) => {
                     let p = batch.partition();
-                    // Looked up once a batch: the handler takes `self`, so the loop would load
-                    // `self.shared` and check the index again for every record.
+                    // The batch loop's own handle on the shared state: the handler takes `self`,
+                    // so through `self.shared` the loop would load it, and check the position's
+                    // index, for every record. Taken once a batch (two locked operations per up
+                    // to 256 records): taken once a run instead, it stays on the stack and the
+                    // loop reloads it, one instruction more a record (callgrind 51.1 vs 50.1).
                     let shared = Arc::clone(&self.shared);
                     let position = &shared.positions[p as usize];
                     for record in batch.iter() {
@@ -882,7 +885,7 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
     /// instructions a record in `subscription/handler`'s loop that way, 44 this way.
     #[inline(never)]
     fn filtered(&self, value: &T, partition: u32, offset: u64) -> Option<Step> {
-        // Callers look first; a subscription without a filter keeps every record.
+        // `filter_record` looks first; a subscription without a filter keeps every record.
         let keep = self.filter.as_ref()?;
         match catch_unwind(AssertUnwindSafe(|| keep(value))) {
             Ok(true) => None,
@@ -903,6 +906,17 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
     fn count(&self, counter: &AtomicU64) {
         // Relaxed, both: a statistic that only this thread writes; snapshots read it Relaxed.
         counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    }
+
+    /// [`Context::filtered`] for the record at hand, given its parts. Its run is out of line:
+    /// without a filter, a record costs this compare.
+    #[inline(always)]
+    fn filter_record(&self, record: &Record<'_, T>) -> Option<Step> {
+        if self.filter.is_some() {
+            self.filtered(record.value(), record.partition(), record.offset())
+        } else {
+            None
+        }
     }
 
     /// [`Context::dead_letter`] for the record at hand, given its parts (see [`Context::filtered`]:
@@ -995,11 +1009,8 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
         record: &Record<'_, T>,
         handler: &mut impl FnMut(&Record<'_, T>) -> Result<(), E>,
     ) -> Step {
-        // The filter's run is out of line: without one, a record costs this compare.
-        if self.filter.is_some() {
-            if let Some(step) = self.filtered(record.value(), record.partition(), record.offset()) {
-                return step;
-            }
+        if let Some(step) = self.filter_record(record) {
+            return step;
         }
         let mut attempt = 0;
         loop {
@@ -1040,11 +1051,8 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
         record: &Record<'_, T>,
         handler: &mut impl FnMut(Delivery<'_, T>) -> Result<(), E>,
     ) -> Step {
-        // The filter's run is out of line: without one, a record costs this compare.
-        if self.filter.is_some() {
-            if let Some(step) = self.filtered(record.value(), record.partition(), record.offset()) {
-                return step;
-            }
+        if let Some(step) = self.filter_record(record) {
+            return step;
         }
         let mut deliveries = 0u32;
         let mut failures = 0u32;
