@@ -218,7 +218,7 @@ pub use group::{
 pub use reader::{Batch, Iter, OwnedRecord, Reader, Record, Start};
 pub use stats::{PartitionStats, ReaderStats, TopicStats};
 pub use subscription::{
-    AckHandle, Backoff, DeadLetter, Delivery, Retry, Subscription, SubscriptionBuilder,
+    AckHandle, Backoff, DeadLetter, Delivery, Retry, Stopped, Subscription, SubscriptionBuilder,
     SubscriptionStats,
 };
 pub use topic::{Producer, PublishToError, Published, PublishedBatch, Topic};

@@ -11,7 +11,8 @@
 //! the handler succeeded, the record was acked, filtered out, or written to the dead-letter topic.
 //! Closing mid-record leaves the position at that record, so a subscription started again with the
 //! same name sees it again. So does a dead letter that cannot be written: it waits for room
-//! (hearing `close`), and a dead-letter topic that refuses it for good stops the subscription.
+//! (hearing `close`), and a dead-letter topic that refuses it for good stops the subscription
+//! ([`Stopped`] says why a subscription stopped).
 //!
 //! # Orderings
 //! - `attention`: set with Release by `pause`/`close` (after changing the control state under its
@@ -211,10 +212,67 @@ pub struct SubscriptionStats {
     pub lagged: u64,
     /// Records being handled right now (0 or 1).
     pub in_flight: u64,
-    /// Whether the thread has stopped: closed, the topic closed and everything was processed, the
-    /// dead-letter topic refused a record for good (see [`SubscriptionBuilder::dead_letter`]), or
-    /// a panic that no attempt catches ended it (the record value's `Clone`, a size function).
-    pub finished: bool,
+    /// Why the thread stopped, once it has (`None` while it runs; see
+    /// [`Subscription::is_finished`]).
+    pub stopped: Option<Stopped>,
+}
+
+/// Why a subscription's thread stopped ([`SubscriptionStats::stopped`]).
+///
+/// Only [`Stopped::Closed`] and [`Stopped::TopicClosed`] are the ends of a healthy subscription.
+/// After the others the record named (or, after a panic, whatever was processed since the last
+/// commit) is not passed: a subscription started again under the same name begins there (I7).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Stopped {
+    /// [`Subscription::close`] was called.
+    Closed,
+    /// The topic was closed and every record published to it was processed (for a group
+    /// subscription: the group was done with the topic, see [`Group`](crate::Group)).
+    TopicClosed,
+    /// The dead-letter topic was closed, so it can never take the dead letter of the record at
+    /// `offset` in `partition` (see [`SubscriptionBuilder::dead_letter`]).
+    DeadLetterClosed {
+        /// The record's partition, in the subscription's topic.
+        partition: u32,
+        /// Its offset.
+        offset: u64,
+    },
+    /// The record at `offset` in `partition`, as a dead letter, is larger than the dead-letter
+    /// topic's byte retention allows.
+    DeadLetterTooLarge {
+        /// The record's partition, in the subscription's topic.
+        partition: u32,
+        /// Its offset.
+        offset: u64,
+    },
+    /// A panic that no attempt catches ended the thread: the record value's `Clone` (for a
+    /// delivery or a dead letter), the dead-letter topic's size function, a tracing subscriber.
+    /// A handler's or a filter's panic is caught (a failed attempt, a dead letter) and never ends
+    /// the thread.
+    Panicked {
+        /// The panic's message (`"panic"` if it carried none that is a string).
+        message: String,
+    },
+}
+
+impl fmt::Display for Stopped {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Stopped::Closed => f.write_str("closed"),
+            Stopped::TopicClosed => f.write_str("the topic closed and everything was processed"),
+            Stopped::DeadLetterClosed { partition, offset } => write!(
+                f,
+                "the dead-letter topic is closed; record {partition}/{offset} is unprocessed"
+            ),
+            Stopped::DeadLetterTooLarge { partition, offset } => write!(
+                f,
+                "record {partition}/{offset} is too large for the dead-letter topic and is \
+                 unprocessed"
+            ),
+            Stopped::Panicked { message } => write!(f, "the thread ended in a {message}"),
+        }
+    }
 }
 
 /// What became of an ack-mode delivery.
@@ -228,6 +286,8 @@ enum Outcome {
 struct Control {
     paused: bool,
     closing: bool,
+    /// Why the thread stopped or is stopping; the first reason set stays.
+    stopped: Option<Stopped>,
     /// Ack mode: the current delivery's token, and what became of it.
     token: u64,
     outcome: Option<Outcome>,
@@ -271,6 +331,12 @@ impl Shared {
             };
             c = wait_timeout(&self.changed, c, left);
         }
+    }
+
+    /// Records why the thread stops, unless a reason is recorded already (the first one stays: a
+    /// refused dead letter closes the subscription, and the close that follows is its doing).
+    fn stop_because(&self, why: Stopped) {
+        lock(&self.control).stopped.get_or_insert(why);
     }
 
     /// Wakes `wait_idle` callers to look again (after a position moved). Inlined: per record it
@@ -484,7 +550,8 @@ impl<T: Clone + Send + Sync + 'static> SubscriptionBuilder<T> {
     /// the record and tries again, pausing up to 10 ms between tries; `close` still stops it at
     /// once, leaving the record unpassed. If the topic refuses the letter for good (it is closed,
     /// or the record is larger than its byte retention allows), the subscription stops as if
-    /// closed, with the record unpassed: its name resumes there.
+    /// closed, with the record unpassed: its name resumes there. Its stats then name the record
+    /// ([`Stopped::DeadLetterClosed`], [`Stopped::DeadLetterTooLarge`]).
     pub fn dead_letter(mut self, topic: Topic<DeadLetter<T>>) -> Self {
         self.dead_letter = Some(topic);
         self
@@ -568,6 +635,7 @@ impl<T: Clone + Send + Sync + 'static> SubscriptionBuilder<T> {
             control: Mutex::new(Control {
                 paused: false,
                 closing: false,
+                stopped: None,
                 token: 0,
                 outcome: None,
                 redeliver: false,
@@ -605,19 +673,32 @@ impl<T: Clone + Send + Sync + 'static> SubscriptionBuilder<T> {
         let thread = thread::Builder::new()
             .name(format!("logbus-sub-{}", self.name))
             .spawn(move || {
-                #[cfg(feature = "tracing")]
-                let _span = tracing::info_span!(
-                    target: "logbus",
-                    "logbus.subscription",
-                    topic = %ctx.topic.name(),
-                    subscription = %ctx.shared.name
-                )
-                .entered();
-                event!(info, "subscription started");
-                let unwinding = FinishOnUnwind(Arc::clone(&ctx.shared));
-                ctx.run(source, &mut process);
-                drop(unwinding);
-                event!(info, "subscription stopped");
+                let shared = Arc::clone(&ctx.shared);
+                // A panic that no attempt catches ends the thread here, and says so: `stats` then
+                // shows why it stopped and `wait_idle` returns, instead of waiting for a thread
+                // that is gone. What it processed since its last commit is handled again by the
+                // next subscription of that name (at least once, I7).
+                let ran = catch_unwind(AssertUnwindSafe(move || {
+                    #[cfg(feature = "tracing")]
+                    let _span = tracing::info_span!(
+                        target: "logbus",
+                        "logbus.subscription",
+                        topic = %ctx.topic.name(),
+                        subscription = %ctx.shared.name
+                    )
+                    .entered();
+                    event!(info, "subscription started");
+                    ctx.run(source, &mut process);
+                    event!(info, "subscription stopped");
+                }));
+                if let Err(panic) = ran {
+                    let message = panic_message(panic);
+                    shared.stop_because(Stopped::Panicked { message });
+                    // SeqCst: see the module's Orderings (`finished`).
+                    shared.finished.store(true, Ordering::SeqCst);
+                    let _c = lock(&shared.control);
+                    shared.changed.notify_all();
+                }
             })
             .map_err(|_| Error::InvalidConfig("could not start the subscription's thread"))?;
         Ok(Subscription {
@@ -627,24 +708,6 @@ impl<T: Clone + Send + Sync + 'static> SubscriptionBuilder<T> {
             topic: self.topic,
             dead_letter,
         })
-    }
-}
-
-/// Marks the subscription finished if its thread unwinds: a panic in the application's code that
-/// no attempt catches (the record value's `Clone` for a dead letter or a delivery, a size function,
-/// a tracing subscriber). `stats` then shows it stopped and `wait_idle` returns, instead of waiting
-/// for a thread that is gone. What it processed since its last commit is handled again by the
-/// next subscription of that name (at least once, I7).
-struct FinishOnUnwind(Arc<Shared>);
-
-impl Drop for FinishOnUnwind {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            // SeqCst: see the module's Orderings (`finished`).
-            self.0.finished.store(true, Ordering::SeqCst);
-            let _c = lock(&self.0.control);
-            self.0.changed.notify_all();
-        }
     }
 }
 
@@ -766,14 +829,14 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
     ) {
         let mut since_commit = 0u64;
         let key = source.commit_key(&self.shared.name);
-        loop {
+        let why = loop {
             {
                 let mut c = lock(&self.shared.control);
                 while c.paused && !c.closing {
                     c = wait_timeout(&self.shared.changed, c, Duration::from_secs(3600));
                 }
                 if c.closing {
-                    break;
+                    break Stopped::Closed;
                 }
                 // Relaxed: the flag is re-derived from the control state we just read under lock.
                 self.shared.attention.store(false, Ordering::Relaxed);
@@ -834,13 +897,15 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
                     }
                     self.refresh_positions(&source);
                 }
-                Fetched::Closed => break, // Everything published was processed.
+                Fetched::Closed => break Stopped::TopicClosed, // Everything was processed.
             }
             if let Some((p, offset)) = rewind {
                 source.rewind(p, offset);
             }
-        }
+        };
         self.commit(&key);
+        // Before `finished`, so that whoever sees it finished finds the reason.
+        self.shared.stop_because(why);
         // SeqCst: see the module's Orderings.
         self.shared.finished.store(true, Ordering::SeqCst);
         drop(source); // A group member leaves here, before anyone is told the thread is done.
@@ -966,8 +1031,8 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
         };
         let mut pause = DEAD_LETTER_PAUSE;
         loop {
-            let partition = self.dead_letter.next_partition();
-            match self.dead_letter.publish_or_full(partition, letter) {
+            let to = self.dead_letter.next_partition();
+            match self.dead_letter.publish_or_full(to, letter) {
                 Ok(_) => {
                     self.count(&self.shared.dead_lettered);
                     return Step::Done;
@@ -980,18 +1045,27 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
                     pause = (pause * 2).min(DEAD_LETTER_MAX_PAUSE);
                 }
                 Err(PublishError::Closed(_)) => {
-                    return self.stop_for_good(partition, offset, "closed")
+                    return self.stop_for_good(partition, offset, false)
                 }
                 Err(PublishError::TooLarge(_)) => {
-                    return self.stop_for_good(partition, offset, "too large")
+                    return self.stop_for_good(partition, offset, true)
                 }
             }
         }
     }
 
-    /// The dead-letter topic refused `record` for good (`why`): the subscription stops as if
-    /// closed, leaving the record unpassed (see [`Context::dead_letter`]).
-    fn stop_for_good(&self, partition: u32, offset: u64, why: &'static str) -> Step {
+    /// The dead-letter topic refused the record at `offset` in `partition` for good (it is
+    /// closed, or the letter is `too_large` for it): the subscription stops as if closed, leaving
+    /// the record unpassed (see [`Context::dead_letter`]), and says why in its stats.
+    fn stop_for_good(&self, partition: u32, offset: u64, too_large: bool) -> Step {
+        let (why, stopped) = if too_large {
+            (
+                "too large",
+                Stopped::DeadLetterTooLarge { partition, offset },
+            )
+        } else {
+            ("closed", Stopped::DeadLetterClosed { partition, offset })
+        };
         event!(
             error,
             partition,
@@ -999,8 +1073,10 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
             why,
             "the dead-letter topic refused a record for good; the subscription stops"
         );
-        let _ = (partition, offset, why);
-        lock(&self.shared.control).closing = true;
+        let _ = why;
+        let mut c = lock(&self.shared.control);
+        c.closing = true;
+        c.stopped.get_or_insert(stopped);
         Step::Stop
     }
 
@@ -1323,7 +1399,8 @@ impl<T: Send + Sync + 'static> Subscription<T> {
         idle
     }
 
-    /// Whether the thread has stopped (closed, or the topic closed and everything was processed).
+    /// Whether the thread has stopped: closed, the topic closed and everything was processed, a
+    /// refused dead letter, or a panic. [`SubscriptionStats::stopped`] says which.
     pub fn is_finished(&self) -> bool {
         self.shared.finished.load(Ordering::SeqCst)
     }
@@ -1360,7 +1437,13 @@ impl<T: Send + Sync + 'static> Subscription<T> {
             lagged: get(&self.shared.lagged),
             // Acquire: see the module's Orderings (`in_flight`).
             in_flight: self.shared.in_flight.load(Ordering::Acquire),
-            finished: self.is_finished(),
+            // Only once finished: a refused dead letter records its reason before the thread
+            // has wound up.
+            stopped: if self.is_finished() {
+                lock(&self.shared.control).stopped.clone()
+            } else {
+                None
+            },
         }
     }
 }

@@ -341,12 +341,12 @@ fn a_group_subscription_without_partitions_finishes_once_the_group_is_done() {
         }
     }
     for _ in 0..60_000 {
-        if sub.stats().finished {
+        if sub.is_finished() {
             break;
         }
         thread::sleep(Duration::from_millis(1));
     }
-    assert!(sub.stats().finished);
+    assert_eq!(sub.stats().stopped, Some(logbus::Stopped::TopicClosed));
 }
 
 /// Two groups on one 8-partition topic; members join and leave at random during 200,000 publishes.

@@ -9,7 +9,7 @@ use std::{
     time::Duration,
 };
 
-use logbus::{Backoff, Broker, Error, Retry, Start, Topic, TopicConfig};
+use logbus::{Backoff, Broker, Error, Retry, Start, Stopped, Topic, TopicConfig};
 
 const LONG: Duration = Duration::from_secs(30);
 
@@ -670,8 +670,15 @@ fn a_closed_dead_letter_topic_stops_the_subscription_without_passing_the_record(
     for v in 0..2 {
         topic.publish(v).unwrap();
     }
-    wait_until(|| sub.stats().finished);
+    wait_until(|| sub.is_finished());
     let stats = sub.stats();
+    assert_eq!(
+        stats.stopped,
+        Some(Stopped::DeadLetterClosed {
+            partition: 0,
+            offset: 0
+        })
+    );
     assert_eq!(stats.positions, vec![0]);
     assert_eq!((stats.dead_lettered, stats.failed_attempts), (0, 2));
     assert_eq!(
@@ -753,7 +760,12 @@ fn the_longest_delays_wait_for_close() {
     for sub in [&mut plain, &mut acking] {
         sub.close();
         let stats = sub.stats();
-        assert!(stats.finished, "{}: the thread ran to its end", stats.name);
+        assert_eq!(
+            stats.stopped,
+            Some(Stopped::Closed),
+            "{}: the thread ran to its end",
+            stats.name
+        );
         assert_eq!(stats.positions, vec![0], "{}", stats.name);
         assert_eq!(stats.failed_attempts, 1, "{}", stats.name);
     }
@@ -787,7 +799,7 @@ fn a_panicking_filter_dead_letters_the_record_and_the_thread_survives() {
     let stats = sub.stats();
     assert_eq!((stats.delivered, stats.dead_lettered), (2, 1));
     assert_eq!(stats.positions, vec![3]);
-    assert!(!stats.finished);
+    assert_eq!(stats.stopped, None, "still running");
     let dlq = broker.get::<logbus::DeadLetter<u64>>("jobs.dlq").unwrap();
     let mut r = dlq.reader(0, Start::Earliest).unwrap();
     let letter = r.next().unwrap();
@@ -820,7 +832,84 @@ fn a_thread_ended_by_a_panic_shows_as_finished() {
         "wait_idle returns once the thread is gone"
     );
     let stats = sub.stats();
-    assert!(stats.finished);
+    match &stats.stopped {
+        Some(Stopped::Panicked { message }) => {
+            assert!(message.contains("cannot clone 0"), "{message}")
+        }
+        other => panic!("stopped: {other:?}"),
+    }
     assert_eq!((stats.positions[0], stats.dead_lettered), (0, 0));
     sub.close();
+    assert!(
+        matches!(sub.stats().stopped, Some(Stopped::Panicked { .. })),
+        "a close afterwards keeps the first reason"
+    );
+}
+
+/// A dead letter larger than the dead-letter topic's byte retention can never be written: the
+/// subscription stops, says which record, and leaves it unpassed (I7).
+#[test]
+fn a_dead_letter_too_large_for_its_topic_stops_the_subscription_and_says_which() {
+    use logbus::DeadLetter;
+    let topic = Topic::<u64>::new("jobs", TopicConfig::default().partitions(2)).unwrap();
+    let small = TopicConfig::default().max_bytes(64, |_: &DeadLetter<u64>| 100);
+    let dlq = Topic::<DeadLetter<u64>>::new("jobs.dlq", small).unwrap();
+    topic.publish_to(1, 7).unwrap();
+    topic.publish_to(1, 8).unwrap();
+    let mut sub = topic
+        .subscription("worker")
+        .start(Start::Earliest)
+        .retry(no_backoff(1))
+        .dead_letter(dlq.clone())
+        .handler(|r| if **r == 8 { Err("eight") } else { Ok(()) })
+        .unwrap();
+    wait_until(|| sub.is_finished());
+    let stats = sub.stats();
+    assert_eq!(
+        stats.stopped,
+        Some(Stopped::DeadLetterTooLarge {
+            partition: 1,
+            offset: 1
+        })
+    );
+    assert_eq!(stats.positions, vec![0, 1], "the record stays unpassed");
+    assert_eq!((stats.delivered, stats.dead_lettered), (1, 0));
+    assert_eq!(dlq.stats().partitions[0].end, 0, "nothing written");
+    sub.close();
+    let text = Stopped::DeadLetterTooLarge {
+        partition: 1,
+        offset: 1,
+    }
+    .to_string();
+    assert!(text.contains("1/1") && text.contains("too large"), "{text}");
+}
+
+/// A subscription that read everything of a closed topic stops with `TopicClosed`; one closed
+/// by its owner with `Closed`, and a later topic close does not change that.
+#[test]
+fn a_subscription_says_whether_it_or_its_topic_was_closed() {
+    let topic = Topic::<u64>::new("jobs", TopicConfig::default()).unwrap();
+    let drains = topic
+        .subscription("drains")
+        .start(Start::Earliest)
+        .handler(|_| Ok::<_, String>(()))
+        .unwrap();
+    let mut closed = topic
+        .subscription("closed")
+        .start(Start::Earliest)
+        .handler(|_| Ok::<_, String>(()))
+        .unwrap();
+    topic.publish(1).unwrap();
+    assert!(closed.wait_idle(LONG));
+    assert_eq!(closed.stats().stopped, None);
+    closed.close();
+    assert_eq!(closed.stats().stopped, Some(Stopped::Closed));
+    topic.close();
+    wait_until(|| drains.is_finished());
+    let stats = drains.stats();
+    assert_eq!(
+        (stats.stopped, stats.positions, stats.delivered),
+        (Some(Stopped::TopicClosed), vec![1], 1)
+    );
+    assert_eq!(closed.stats().stopped, Some(Stopped::Closed));
 }
