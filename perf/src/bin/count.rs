@@ -17,8 +17,12 @@ use std::{hint::black_box, process::ExitCode, sync::mpsc};
 use logbus::{Overflow, Producers, Record, Start, Topic, TopicConfig};
 
 /// The paths, with what each one counts.
-const PATHS: [(&str, &str); 7] = [
+const PATHS: [(&str, &str); 8] = [
     ("publish", "Producer::publish, single producer, no reader"),
+    (
+        "multi-publish",
+        "Producer::publish on the default topic (many producers), no reader",
+    ),
     (
         "ring-publish",
         "the same into the harness's ring-like topic (no timestamps)",
@@ -137,6 +141,7 @@ fn main() -> ExitCode {
     };
     match path {
         "publish" => measure_publish(&topic(Producers::Single), n),
+        "multi-publish" => measure_publish(&topic(Producers::Multi), n),
         "ring-publish" => measure_publish(&ring(), n),
         "topic-publish" => measure_topic_publish(&topic(Producers::Multi), n),
         "read" => assert_sum(measure_read(&published(n), n), n),
