@@ -378,18 +378,25 @@ pub(crate) struct Log<T> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub(crate) enum Path {
-    /// Anything else: the publish tests the timestamps and the kind of log itself.
+    /// A process whose light barrier is not free: the publish tests the timestamps and the kind
+    /// of log itself.
     Other = 0,
     /// One producer, no timestamps, and a free light barrier (`sync::light_barrier_is_free`).
     PlainSingle = 1,
     /// Many producers, no timestamps, and a free light barrier.
     PlainMulti = 2,
+    /// One producer, timestamps, and a free light barrier.
+    StampedSingle = 3,
+    /// Many producers, timestamps, and a free light barrier (the default topic's path).
+    StampedMulti = 4,
 }
 
 /// `KIND` for a caller that knows nothing of the log but what it tests ([`Path::Other`]).
 const ANY: u8 = Path::Other as u8;
 /// `KIND` for [`Path::PlainMulti`].
 const PLAIN_MULTI: u8 = Path::PlainMulti as u8;
+/// `KIND` for [`Path::StampedMulti`].
+const STAMPED_MULTI: u8 = Path::StampedMulti as u8;
 
 /// A raw segment pointer moved into an epoch-deferred release.
 struct Retired<T>(*const Segment<T>);
@@ -432,6 +439,8 @@ impl<T: Send + Sync + 'static> Log<T> {
             path: match (single, config.timestamps, light_barrier_is_free()) {
                 (true, false, true) => Path::PlainSingle,
                 (false, false, true) => Path::PlainMulti,
+                (true, true, true) => Path::StampedSingle,
+                (false, true, true) => Path::StampedMulti,
                 _ => Path::Other,
             },
             space: Futex::new(0),
@@ -1280,12 +1289,12 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// do that for every kind of topic (single-thread publish through such a function, same
     /// session: single producer ~200 -> ~345 M/s, many producers ~150 -> ~205 M/s without it),
     /// so a topic with time stamps takes the same short paths one call away, in
-    /// [`Log::publish_other`], with the rare topic without them in a process whose light barrier
-    /// is not free (a third and fourth inlined copy made the caller's code 60% longer). That
-    /// call costs a stamped topic ~9% (one producer) and ~20% (many) in a tight single-thread
-    /// loop (criterion, same session), where reading the clock was already the largest part of
-    /// a publish. Everything else (switching segments, retention, waiting for
-    /// room, refusals) is in [`Log::publish_with`].
+    /// [`Log::publish_stamped_single`] and [`Log::publish_stamped_multi`] (a third and fourth
+    /// inlined copy made the caller's code 60% longer), and the rare topic in a process whose
+    /// light barrier is not free in [`Log::publish_other`]. That call costs a stamped topic ~9%
+    /// (one producer) and ~20% (many) in a tight single-thread loop (criterion, same session),
+    /// where reading the clock was already the largest part of a publish. Everything else
+    /// (switching segments, retention, waiting for room, refusals) is in [`Log::publish_with`].
     ///
     /// The record's size for byte retention is measured on the long path, before anything is
     /// reserved (I6): the short paths never need it.
@@ -1299,6 +1308,8 @@ impl<T: Send + Sync + 'static> Log<T> {
         match self.path {
             Path::PlainSingle => self.publish_plain_single(w, value, key),
             Path::PlainMulti => self.publish_plain_multi(w, value, key),
+            Path::StampedSingle => self.publish_stamped_single(w, value, key),
+            Path::StampedMulti => self.publish_stamped_multi(w, value, key),
             Path::Other => self.publish_other(w, value, key),
         }
     }
@@ -1344,7 +1355,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         value: T,
         key: Option<u64>,
     ) -> Result<u64, PublishError<T>> {
-        self.publish_short::<PLAIN_MULTI>(w, value, key, None, self.overflow, false)
+        self.publish_short::<PLAIN_MULTI>(w, value, key, None, self.overflow, || 0)
     }
 
     /// The single producer's short path: writes `value` at the writer's next offset and
@@ -1461,8 +1472,86 @@ impl<T: Send + Sync + 'static> Log<T> {
         self.publish_with(w, value, key, None, self.overflow)
     }
 
-    /// [`Log::publish`] for [`Path::Other`] (a topic with time stamps, or a process without a
-    /// free light barrier), out of line (see there).
+    /// [`Log::publish`] for [`Path::StampedSingle`], out of line (see [`Log::publish`]).
+    ///
+    /// Its own function, with the stamp read first and a thread whose clock anchor is due (once
+    /// in 10 ms) sent to a cold copy: in [`Log::publish_other`], which tested the time stamps,
+    /// the kind of log and the barrier on every publish and kept the anchor's refresh inline,
+    /// callgrind (`perf/instructions.sh publish`) counted 134.2 instructions a `Producer::publish`;
+    /// here 113.2. (The function still saves six registers: the segment switch and the wide time
+    /// word's calls, which run once a segment, keep values across them.)
+    #[inline(never)]
+    fn publish_stamped_single(
+        &self,
+        w: &mut Writer<T>,
+        value: T,
+        key: Option<u64>,
+    ) -> Result<u64, PublishError<T>> {
+        match clock::now_if_anchored() {
+            Some(stamp) => self.publish_single_stamped(w, value, key, stamp),
+            None => self.publish_stamped_single_cold(w, value, key),
+        }
+    }
+
+    /// [`Log::publish_stamped_single`] for a thread whose clock anchor is due.
+    #[cold]
+    #[inline(never)]
+    fn publish_stamped_single_cold(
+        &self,
+        w: &mut Writer<T>,
+        value: T,
+        key: Option<u64>,
+    ) -> Result<u64, PublishError<T>> {
+        self.publish_single_stamped(w, value, key, self.stamp())
+    }
+
+    /// The single producer's short path with `stamp`, else the long path (which stamps again).
+    #[inline(always)]
+    fn publish_single_stamped(
+        &self,
+        w: &mut Writer<T>,
+        value: T,
+        key: Option<u64>,
+        stamp: u64,
+    ) -> Result<u64, PublishError<T>> {
+        match self.publish_single_short(w, value, || Meta::new(stamp, key)) {
+            Ok(offset) => self.published_single(w, offset, true),
+            Err(value) => self.publish_long(w, value, key),
+        }
+    }
+
+    /// [`Log::publish`] for [`Path::StampedMulti`], out of line, as
+    /// [`Log::publish_stamped_single`]: callgrind (`multi-publish`) 147.2 → 132.2.
+    #[inline(never)]
+    fn publish_stamped_multi(
+        &self,
+        w: &mut Writer<T>,
+        value: T,
+        key: Option<u64>,
+    ) -> Result<u64, PublishError<T>> {
+        match clock::now_if_anchored() {
+            Some(stamp) => {
+                self.publish_short::<STAMPED_MULTI>(w, value, key, None, self.overflow, || stamp)
+            }
+            None => self.publish_stamped_multi_cold(w, value, key),
+        }
+    }
+
+    /// [`Log::publish_stamped_multi`] for a thread whose clock anchor is due.
+    #[cold]
+    #[inline(never)]
+    fn publish_stamped_multi_cold(
+        &self,
+        w: &mut Writer<T>,
+        value: T,
+        key: Option<u64>,
+    ) -> Result<u64, PublishError<T>> {
+        let stamp = || self.stamp();
+        self.publish_short::<STAMPED_MULTI>(w, value, key, None, self.overflow, stamp)
+    }
+
+    /// [`Log::publish`] for [`Path::Other`] (a process without a free light barrier), out of
+    /// line (see there).
     #[inline(never)]
     fn publish_other(
         &self,
@@ -1471,9 +1560,9 @@ impl<T: Send + Sync + 'static> Log<T> {
         key: Option<u64>,
     ) -> Result<u64, PublishError<T>> {
         if self.timestamps {
-            self.publish_short::<ANY>(w, value, key, None, self.overflow, true)
+            self.publish_short::<ANY>(w, value, key, None, self.overflow, || self.stamp())
         } else {
-            self.publish_short::<ANY>(w, value, key, None, self.overflow, false)
+            self.publish_short::<ANY>(w, value, key, None, self.overflow, || 0)
         }
     }
 
@@ -1490,7 +1579,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         size: Option<u64>,
         policy: Overflow,
     ) -> Result<u64, PublishError<T>> {
-        self.publish_short::<ANY>(w, value, key, size, policy, self.timestamps)
+        self.publish_short::<ANY>(w, value, key, size, policy, || self.stamp())
     }
 
     /// [`Log::publish_measured`] for a caller that holds no writer: the topic's convenience
@@ -1632,10 +1721,12 @@ impl<T: Send + Sync + 'static> Log<T> {
         None
     }
 
-    /// The short path for the log's kind, else the long path. `stamped` says whether the topic
-    /// keeps time stamps (a constant where the caller knows it, so the clock code is left out);
-    /// `KIND` is what the caller knows of the log: [`ANY`] (then a single-producer log takes
-    /// [`Log::publish_single_short`] here), or [`PLAIN_MULTI`].
+    /// The short path for the log's kind, else the long path. `stamp` gives the record's time
+    /// stamp, called once the record is sure to take the short path (`|| 0` where the caller
+    /// knows the topic keeps none, so the clock code is left out; a stamp read already where the
+    /// caller read it first); `KIND` is what the caller knows of the log: [`ANY`] (then a
+    /// single-producer log takes [`Log::publish_single_short`] here), [`PLAIN_MULTI`] or
+    /// [`STAMPED_MULTI`].
     #[inline(always)]
     fn publish_short<const KIND: u8>(
         &self,
@@ -1644,9 +1735,8 @@ impl<T: Send + Sync + 'static> Log<T> {
         key: Option<u64>,
         size: Option<u64>,
         policy: Overflow,
-        stamped: bool,
+        stamp: impl FnOnce() -> u64,
     ) -> Result<u64, PublishError<T>> {
-        let stamp = || if stamped { self.stamp() } else { 0 };
         if KIND == ANY && self.single {
             match self.publish_single_short(w, value, || Meta::new(stamp(), key)) {
                 Ok(offset) => return self.published_single(w, offset, false),
