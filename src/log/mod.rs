@@ -1478,8 +1478,11 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// in 10 ms) sent to a cold copy: in [`Log::publish_other`], which tested the time stamps,
     /// the kind of log and the barrier on every publish and kept the anchor's refresh inline,
     /// callgrind (`perf/instructions.sh publish`) counted 134.2 instructions a `Producer::publish`;
-    /// here 113.2. (The function still saves six registers: the segment switch and the wide time
-    /// word's calls, which run once a segment, keep values across them.)
+    /// here 113.2. Criterion barely sees it (`publish/one_by_one/single` ×1.03, `multi` ×1.07,
+    /// 8 alternating rounds, inside this VM's noise): the clock's read, ~25 cycles of microcode,
+    /// is most of a stamped publish, and the instructions saved ran beside it. (The function
+    /// still saves six registers: the segment switch and the wide time word's calls, which run
+    /// once a segment, keep values across them.)
     #[inline(never)]
     fn publish_stamped_single(
         &self,
@@ -1521,7 +1524,8 @@ impl<T: Send + Sync + 'static> Log<T> {
     }
 
     /// [`Log::publish`] for [`Path::StampedMulti`], out of line, as
-    /// [`Log::publish_stamped_single`]: callgrind (`multi-publish`) 147.2 → 132.2.
+    /// [`Log::publish_stamped_single`]: callgrind (`multi-publish`) 147.2 → 132.2 (→ 123.2 with
+    /// [`Log::write_in`]'s `SHORT_MULTI`).
     #[inline(never)]
     fn publish_stamped_multi(
         &self,
