@@ -30,7 +30,7 @@ fi
 for tool in valgrind callgrind_annotate jq; do
     command -v "$tool" > /dev/null || { echo "instructions.sh needs $tool" >&2; exit 1; }
 done
-base=$1 other=${2:-} paths=${3:-publish multi-publish ring-publish topic-publish read read-batch poll subscription}
+base=$1 other=${2:-} paths=${3:-publish multi-publish ring-publish topic-publish read multi-read read-batch poll subscription}
 # shellcheck source=perf/trees.sh
 . "$(dirname "$0")/trees.sh"
 
@@ -56,6 +56,7 @@ function_of() {
     case $1 in
         subscription) echo 'logbus::subscription::Context<T>::run' ;;
         ring-publish | multi-publish) echo 'count::measure_publish' ;;
+        multi-read) echo 'count::measure_read' ;;
         *) echo "count::measure_${1//-/_}" ;;
     esac
 }

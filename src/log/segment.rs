@@ -355,6 +355,13 @@ impl<T> Segment<T> {
         &self.stamps[i]
     }
 
+    /// The stamps of slots `range` (multi-producer logs only), for a scan that checks its bounds
+    /// once rather than per slot.
+    #[inline]
+    pub(crate) fn stamps(&self, range: std::ops::Range<usize>) -> &[AtomicU8] {
+        &self.stamps[range]
+    }
+
     /// [`Segment::stamp`] without its bounds check, for the publish paths (three instructions
     /// a many-producer publish).
     ///

@@ -17,7 +17,7 @@ use std::{hint::black_box, process::ExitCode, sync::mpsc};
 use logbus::{Overflow, Producers, Record, Start, Topic, TopicConfig};
 
 /// The paths, with what each one counts.
-const PATHS: [(&str, &str); 8] = [
+const PATHS: [(&str, &str); 9] = [
     ("publish", "Producer::publish, single producer, no reader"),
     (
         "multi-publish",
@@ -29,6 +29,10 @@ const PATHS: [(&str, &str); 8] = [
     ),
     ("topic-publish", "Topic::publish, many producers, no reader"),
     ("read", "Reader::next over records already published"),
+    (
+        "multi-read",
+        "the same on the default topic (many producers: a stamp a slot)",
+    ),
     ("read-batch", "Reader::next_batch(256), summing the values"),
     ("poll", "Consumer::poll(256) and a commit per poll"),
     (
@@ -54,7 +58,12 @@ fn ring() -> Topic<u64> {
 
 /// A topic holding `0..n`.
 fn published(n: u64) -> Topic<u64> {
-    let t = topic(Producers::Single);
+    published_by(Producers::Single, n)
+}
+
+/// A topic of `producers` holding `0..n`.
+fn published_by(producers: Producers, n: u64) -> Topic<u64> {
+    let t = topic(producers);
     let mut p = t.producer().expect("the producer role is free");
     for i in 0..n {
         p.publish(i).expect("an unbounded topic takes every record");
@@ -145,6 +154,7 @@ fn main() -> ExitCode {
         "ring-publish" => measure_publish(&ring(), n),
         "topic-publish" => measure_topic_publish(&topic(Producers::Multi), n),
         "read" => assert_sum(measure_read(&published(n), n), n),
+        "multi-read" => assert_sum(measure_read(&published_by(Producers::Multi, n), n), n),
         "read-batch" => assert_sum(measure_read_batch(&published(n), n), n),
         "poll" => assert_sum(measure_poll(&published(n), n), n),
         "subscription" => subscription(&published(n), n),
