@@ -773,7 +773,9 @@ impl<T: Send + Sync + 'static> Log<T> {
             self.watermark.load(Ordering::Acquire).min(cap)
         } else {
             // One slice of the run's stamps, bounds checked once: indexing each stamp cost a
-            // scan three instructions a slot more (callgrind `multi-read`).
+            // scan three instructions a slot more (callgrind `multi-read`, `Reader::next` on a
+            // many-producer topic: 27.6 → 19.6 a record; criterion, alternating binaries:
+            // `read/one_by_one/multi` ×1.16 over 12 rounds, `read/batch_256/multi` ×1.30 over 8).
             let (first, end) = (from - seg.base(), cap.max(from) - seg.base());
             let stamps = seg.stamps(first as usize..end as usize);
             let ready = stamps
