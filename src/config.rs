@@ -34,6 +34,12 @@ pub enum Overflow {
     /// resumes once a segment's worth of records fits (at most a quarter of `max_records`), or
     /// when a reader wakes it from a park, rather than at the first free slot: the readers are
     /// the bottleneck then, and checking their positions per record would slow them further.
+    ///
+    /// With many producers the capacity is a bound each publish checks, not an exact one: a
+    /// producer looks for room, then reserves, so producers racing past the same look may
+    /// together go beyond `max_records` by up to one publish (or batch) each. Nothing unread is
+    /// trimmed for it; the extra records only take segments beyond those allocated up front.
+    /// (`Reject` reserves with a compare-exchange and is exact.)
     Block,
     /// The publish fails with [`PublishError::Full`](crate::PublishError::Full) and hands the value
     /// back.
