@@ -774,8 +774,9 @@ impl<T: Send + Sync + 'static> Log<T> {
         } else {
             // One slice of the run's stamps, bounds checked once: indexing each stamp cost a
             // scan three instructions a slot more (callgrind `multi-read`, `Reader::next` on a
-            // many-producer topic: 27.6 → 19.6 a record; criterion, alternating binaries:
-            // `read/one_by_one/multi` ×1.16 over 12 rounds, `read/batch_256/multi` ×1.30 over 8).
+            // many-producer topic: 27.6 → 19.6 a record; criterion, alternating binaries on the
+            // 2-vCPU EPYC: `read/one_by_one/multi` ×1.16 over 12 rounds, `batch_256/multi` ×1.30
+            // over 8).
             let (first, end) = (from - seg.base(), cap.max(from) - seg.base());
             let stamps = seg.stamps(first as usize..end as usize);
             let ready = stamps
@@ -1484,9 +1485,9 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// in 10 ms) sent to a cold copy: in [`Log::publish_other`], which tested the time stamps,
     /// the kind of log and the barrier on every publish and kept the anchor's refresh inline,
     /// callgrind (`perf/instructions.sh publish`) counted 134.2 instructions a `Producer::publish`;
-    /// here 113.2. Criterion barely sees it (`publish/one_by_one/single` ×1.03, `multi` ×1.07,
-    /// 8 alternating rounds, inside this VM's noise): the clock's read, ~25 cycles of microcode,
-    /// is most of a stamped publish, and the instructions saved ran beside it. (The function
+    /// here 113.2. Criterion barely sees it (2-vCPU AMD EPYC guest, `publish/one_by_one/single`
+    /// ×1.03, `multi` ×1.07, 8 alternating rounds, inside its noise): the clock's read (`rdtsc`,
+    /// microcode) is most of a stamped publish, and the instructions saved ran beside it. (The function
     /// still saves six registers: the segment switch and the wide time word's calls, which run
     /// once a segment, keep values across them.)
     #[inline(never)]
