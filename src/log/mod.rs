@@ -1296,9 +1296,9 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// do that for every kind of topic (single-thread publish through such a function, same
     /// session: single producer ~200 -> ~345 M/s, many producers ~150 -> ~205 M/s without it),
     /// so a topic with time stamps takes the same short paths one call away, in
-    /// [`Log::publish_stamped_single`] and [`Log::publish_stamped_multi`] (a third and fourth
-    /// inlined copy made the caller's code 60% longer), and the rare topic in a process whose
-    /// light barrier is not free in [`Log::publish_other`]. That call costs a stamped topic ~9%
+    /// [`Log::publish_stamped`] (a third and fourth inlined copy made the caller's code 60%
+    /// longer), and the rare topic in a process whose light barrier is not free in
+    /// [`Log::publish_other`]. That call costs a stamped topic ~9%
     /// (one producer) and ~20% (many) in a tight single-thread loop (criterion, same session),
     /// where reading the clock was already the largest part of a publish. Everything else
     /// (switching segments, retention, waiting for room, refusals) is in [`Log::publish_with`].
@@ -1315,8 +1315,8 @@ impl<T: Send + Sync + 'static> Log<T> {
         match self.path {
             Path::PlainSingle => self.publish_plain_single(w, value, key),
             Path::PlainMulti => self.publish_plain_multi(w, value, key),
-            Path::StampedSingle => self.publish_stamped_single(w, value, key),
-            Path::StampedMulti => self.publish_stamped_multi(w, value, key),
+            Path::StampedSingle => self.publish_stamped::<false>(w, value, key),
+            Path::StampedMulti => self.publish_stamped::<true>(w, value, key),
             Path::Other => self.publish_other(w, value, key),
         }
     }
@@ -1479,86 +1479,62 @@ impl<T: Send + Sync + 'static> Log<T> {
         self.publish_with(w, value, key, None, self.overflow)
     }
 
-    /// [`Log::publish`] for [`Path::StampedSingle`], out of line (see [`Log::publish`]).
+    /// [`Log::publish`] for [`Path::StampedSingle`] (`MULTI` false) and [`Path::StampedMulti`]
+    /// (true), out of line (see [`Log::publish`]).
     ///
-    /// Its own function, with the stamp read first and a thread whose clock anchor is due (once
+    /// Their own function, with the stamp read first and a thread whose clock anchor is due (once
     /// in 10 ms) sent to a cold copy: in [`Log::publish_other`], which tested the time stamps,
     /// the kind of log and the barrier on every publish and kept the anchor's refresh inline,
-    /// callgrind (`perf/instructions.sh publish`) counted 134.2 instructions a `Producer::publish`;
-    /// here 113.2. Criterion barely sees it (2-vCPU AMD EPYC guest, `publish/one_by_one/single`
-    /// ×1.03, `multi` ×1.07, 8 alternating rounds, inside its noise): the clock's read (`rdtsc`,
-    /// microcode) is most of a stamped publish, and the instructions saved ran beside it. (The function
-    /// still saves six registers: the segment switch and the wide time word's calls, which run
-    /// once a segment, keep values across them.)
+    /// callgrind (`perf/instructions.sh`) counted 134.2 instructions a `Producer::publish` with
+    /// one producer (`publish`) and 147.2 with many (`multi-publish`); here 113.2 and 132.2
+    /// (123.2 with [`Log::write_in`]'s `SHORT_MULTI`). Criterion barely sees it (2-vCPU AMD EPYC
+    /// guest, `publish/one_by_one/single` ×1.03, `multi` ×1.07, 8 alternating rounds, inside its
+    /// noise): the clock's read (`rdtsc`, microcode) is most of a stamped publish, and the
+    /// instructions saved ran beside it. (The function still saves six registers: the segment
+    /// switch and the wide time word's calls, which run once a segment, keep values across
+    /// them.)
     #[inline(never)]
-    fn publish_stamped_single(
+    fn publish_stamped<const MULTI: bool>(
         &self,
         w: &mut Writer<T>,
         value: T,
         key: Option<u64>,
     ) -> Result<u64, PublishError<T>> {
         match clock::now_if_anchored() {
-            Some(stamp) => self.publish_single_stamped(w, value, key, stamp),
-            None => self.publish_stamped_single_cold(w, value, key),
+            Some(stamp) => self.publish_stamped_at::<MULTI>(w, value, key, stamp),
+            None => self.publish_stamped_cold::<MULTI>(w, value, key),
         }
     }
 
-    /// [`Log::publish_stamped_single`] for a thread whose clock anchor is due.
+    /// [`Log::publish_stamped`] for a thread whose clock anchor is due.
     #[cold]
     #[inline(never)]
-    fn publish_stamped_single_cold(
+    fn publish_stamped_cold<const MULTI: bool>(
         &self,
         w: &mut Writer<T>,
         value: T,
         key: Option<u64>,
     ) -> Result<u64, PublishError<T>> {
-        self.publish_single_stamped(w, value, key, self.stamp())
+        self.publish_stamped_at::<MULTI>(w, value, key, self.stamp())
     }
 
-    /// The single producer's short path with `stamp`, else the long path (which stamps again).
+    /// The short path of the log's kind with `stamp`, else the long path (which stamps again).
     #[inline(always)]
-    fn publish_single_stamped(
+    fn publish_stamped_at<const MULTI: bool>(
         &self,
         w: &mut Writer<T>,
         value: T,
         key: Option<u64>,
         stamp: u64,
     ) -> Result<u64, PublishError<T>> {
+        if MULTI {
+            return self
+                .publish_short::<STAMPED_MULTI>(w, value, key, None, self.overflow, || stamp);
+        }
         match self.publish_single_short(w, value, || Meta::new(stamp, key)) {
             Ok(offset) => self.published_single(w, offset, true),
             Err(value) => self.publish_long(w, value, key),
         }
-    }
-
-    /// [`Log::publish`] for [`Path::StampedMulti`], out of line, as
-    /// [`Log::publish_stamped_single`]: callgrind (`multi-publish`) 147.2 → 132.2 (→ 123.2 with
-    /// [`Log::write_in`]'s `SHORT_MULTI`).
-    #[inline(never)]
-    fn publish_stamped_multi(
-        &self,
-        w: &mut Writer<T>,
-        value: T,
-        key: Option<u64>,
-    ) -> Result<u64, PublishError<T>> {
-        match clock::now_if_anchored() {
-            Some(stamp) => {
-                self.publish_short::<STAMPED_MULTI>(w, value, key, None, self.overflow, || stamp)
-            }
-            None => self.publish_stamped_multi_cold(w, value, key),
-        }
-    }
-
-    /// [`Log::publish_stamped_multi`] for a thread whose clock anchor is due.
-    #[cold]
-    #[inline(never)]
-    fn publish_stamped_multi_cold(
-        &self,
-        w: &mut Writer<T>,
-        value: T,
-        key: Option<u64>,
-    ) -> Result<u64, PublishError<T>> {
-        let stamp = || self.stamp();
-        self.publish_short::<STAMPED_MULTI>(w, value, key, None, self.overflow, stamp)
     }
 
     /// [`Log::publish`] for [`Path::Other`] (a process without a free light barrier), out of
