@@ -33,8 +33,8 @@ pub(crate) fn now_nanos() -> u64 {
 
 /// [`now_nanos`] where that is a few instructions with no call: the calling thread's anchor is
 /// fresh (x86_64), or never (`None`: call [`now_nanos`]). Never 0. For the stamped publish paths,
-/// which send `None` to a cold copy of themselves: nothing in the common case then lives across a
-/// call, and the compiler saves no registers for it.
+/// which send `None` to a cold copy of themselves, so that the anchor's refresh (a wall-clock
+/// read, a calibration) is no part of their common case.
 #[inline(always)]
 pub(crate) fn now_if_anchored() -> Option<u64> {
     #[cfg(all(target_arch = "x86_64", not(loom)))]
