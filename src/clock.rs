@@ -152,10 +152,7 @@ mod tsc {
     #[inline]
     pub(super) fn now() -> Option<u64> {
         let tsc = rdtsc();
-        ANCHOR.with(|cell| match anchored(cell, tsc) {
-            Some(n) => Some(n),
-            None => reanchor(cell, cell.get()),
-        })
+        ANCHOR.with(|cell| anchored(cell, tsc).or_else(|| reanchor(cell, cell.get())))
     }
 
     /// [`now`] where the anchor is fresh, else `None`.

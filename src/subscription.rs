@@ -339,6 +339,15 @@ impl Shared {
         lock(&self.control).stopped.get_or_insert(why);
     }
 
+    /// Marks the thread finished, `why` recorded first (unless a reason is already), so that
+    /// whoever sees it finished finds the reason. The caller then notifies
+    /// ([`Shared::notify_changed`]).
+    fn finish(&self, why: Stopped) {
+        self.stop_because(why);
+        // SeqCst: see the module's Orderings (`finished`).
+        self.finished.store(true, Ordering::SeqCst);
+    }
+
     /// Wakes `wait_idle` callers to look again (after a position moved). Inlined: per record it
     /// is a compiler fence and a load, with the notify out of line.
     #[inline]
@@ -350,7 +359,8 @@ impl Shared {
         }
     }
 
-    /// The rare half of [`Shared::notify_idle_waiters`]: someone waits.
+    /// Wakes everyone waiting on the control state: the rare half of
+    /// [`Shared::notify_idle_waiters`] (someone waits), and the end of the thread.
     #[inline(never)]
     fn notify_changed(&self) {
         let _c = lock(&self.control);
@@ -693,11 +703,8 @@ impl<T: Clone + Send + Sync + 'static> SubscriptionBuilder<T> {
                 }));
                 if let Err(panic) = ran {
                     let message = panic_message(panic);
-                    shared.stop_because(Stopped::Panicked { message });
-                    // SeqCst: see the module's Orderings (`finished`).
-                    shared.finished.store(true, Ordering::SeqCst);
-                    let _c = lock(&shared.control);
-                    shared.changed.notify_all();
+                    shared.finish(Stopped::Panicked { message });
+                    shared.notify_changed();
                 }
             })
             .map_err(|_| Error::InvalidConfig("could not start the subscription's thread"))?;
@@ -904,13 +911,9 @@ impl<T: Clone + Send + Sync + 'static> Context<T> {
             }
         };
         self.commit(&key);
-        // Before `finished`, so that whoever sees it finished finds the reason.
-        self.shared.stop_because(why);
-        // SeqCst: see the module's Orderings.
-        self.shared.finished.store(true, Ordering::SeqCst);
+        self.shared.finish(why);
         drop(source); // A group member leaves here, before anyone is told the thread is done.
-        let _c = lock(&self.shared.control);
-        self.shared.changed.notify_all();
+        self.shared.notify_changed();
     }
 
     /// Takes the positions of the assigned partitions from the source (after lag or assignment).

@@ -373,8 +373,9 @@ pub(crate) struct Log<T> {
 }
 
 /// The short path a log's publishes try first, settled when the log is made. `PlainSingle` has
-/// its own function, [`Log::publish_plain_single`]; the others' numbers are
-/// [`Log::publish_short`]'s `KIND` (const generics take integers, not this enum).
+/// its own function, [`Log::publish_plain_single`], and `StampedSingle` goes through
+/// [`Log::publish_stamped`]; the others' numbers are [`Log::publish_short`]'s `KIND` (const
+/// generics take integers, not this enum).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub(crate) enum Path {
