@@ -365,7 +365,12 @@ async fn a_drained_member_task_waits_for_a_partition_on_its_way() {
         topic.publish_to(p, u64::from(p)).unwrap();
     }
     topic.close();
-    let stream = tokio::spawn(b.collect::<Vec<_>>());
+    // The task hands `b` back rather than drop it when its stream ends: `b` leaving would
+    // rebalance the group, and `a` could hear that before `Closed` (a race this test once lost).
+    let stream = tokio::spawn(async move {
+        let items = (&mut b).collect::<Vec<_>>().await;
+        (items, b)
+    });
     tokio::time::sleep(Duration::from_millis(20)).await; // let b read 2 and wait (not a check)
     assert!(!stream.is_finished(), "b ended with partition 1 on its way");
     // `a` hears of the revocation, lets partition 1 go on its next poll, reads its own, and
@@ -378,7 +383,7 @@ async fn a_drained_member_task_waits_for_a_partition_on_its_way() {
         let got = a.poll_timeout(8, Duration::from_secs(60)).map(|b| b.len());
         (got, a)
     });
-    let items = tokio::time::timeout(Duration::from_secs(60), stream)
+    let (items, b) = tokio::time::timeout(Duration::from_secs(60), stream)
         .await
         .expect("b never ended")
         .unwrap();
@@ -389,7 +394,7 @@ async fn a_drained_member_task_waits_for_a_partition_on_its_way() {
         got.unwrap_err(),
         logbus::GroupError::Read(ReadError::Closed)
     );
-    drop(a);
+    drop((a, b));
 }
 
 #[test]
