@@ -56,7 +56,10 @@ pub enum Overflow {
 /// run it took (32 ns a record, at most 16 µs; after a run of up to three records, one yield, or a
 /// few spin hints when it yielded less than a microsecond ago): readers that share a core take
 /// turns, and a reader with a core to itself lets records pile up instead of pulling the producer's
-/// cache lines over a few records at a time. A reader that has not caught up never yields. While a
+/// cache lines over a few records at a time. A reader whose thread is the only one waiting for
+/// records on its CPU (logbus counts its waiting threads by CPU, on Linux) takes the pauses under a
+/// microsecond as spin hints instead, and yields at least once in 50 µs. A reader that has not
+/// caught up never yields. While a
 /// multi-producer publish is in flight at its position (reserved, not yet published) a reader
 /// yields rather than parks: that publisher is only descheduled and will publish as soon as it
 /// runs. A publisher blocked by [`Overflow::Block`] lengthens its yielding (doubling it, up to 16 ×

@@ -17,7 +17,7 @@ use crate::{
     clock,
     error::{Error, ReadError},
     log::{segment::SegRef, CursorRef, Log, Waker, STREAMING_RUN, WATCH_AFTER},
-    sync::Arc,
+    sync::{Arc, CpuSlot, WAITERS_BY_CPU},
     wait::{wait_any, Waited},
 };
 
@@ -87,9 +87,12 @@ pub struct Reader<T: Send + Sync + 'static> {
     /// The position last stored in the cursor, where publishers under `Block` and `Reject` and
     /// the statistics see it (only `report` stores it, so the two agree).
     reported: u64,
-    /// When the waiting thread last yielded after a short run, in [`clock::now_nanos`]'s terms (see
-    /// `wait::pause_after`); a set of readers waited on together keeps it in its first.
+    /// When the waiting thread last yielded in a pause after a run, in [`clock::now_nanos`]'s
+    /// terms (see `wait::pause_after`); a set of readers waited on together keeps it in its first.
     pub(crate) yielded_at: u64,
+    /// Where the waiting thread is counted among those waiting on each CPU (see
+    /// `wait::pause_after`); a set of readers waited on together keeps it in its first.
+    pub(crate) waits_on: Option<CpuSlot>,
     /// Whether this reader, polled as a `Stream`, is announced as parked (see `crate::stream`).
     #[cfg(feature = "async")]
     pub(crate) announced: bool,
@@ -133,6 +136,7 @@ impl<T: Send + Sync + 'static> Reader<T> {
             empty_looks: 0,
             reported: pos,
             yielded_at: 0,
+            waits_on: None,
             #[cfg(feature = "async")]
             announced: false,
         }
@@ -522,6 +526,7 @@ impl<T: Send + Sync + 'static> Drop for Reader<T> {
         #[cfg(feature = "async")]
         crate::stream::leave_one(self);
         self.seg = None;
+        WAITERS_BY_CPU.leave(&mut self.waits_on);
         if self.watching {
             self.log.unwatch();
         }

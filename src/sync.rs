@@ -673,3 +673,98 @@ impl std::fmt::Debug for Epoch {
         f.write_str("Epoch")
     }
 }
+
+// ---------------------------------------------------------------------------------------------------
+// Waiting threads by CPU.
+
+/// How many slots [`WaitersByCpu`] has: CPUs share a slot modulo this many, which can only make
+/// a thread think it shares its CPU when it does not (it then yields as if it did).
+pub(crate) const CPU_SLOTS: usize = 64;
+
+/// A slot in [`WaitersByCpu`]: the CPU a waiting thread was last seen on, modulo [`CPU_SLOTS`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CpuSlot(u8);
+
+impl CpuSlot {
+    /// CPU `cpu`'s slot.
+    pub(crate) fn new(cpu: usize) -> Self {
+        CpuSlot((cpu % CPU_SLOTS) as u8)
+    }
+}
+
+/// How many threads that wait for records were last seen on each CPU, so that a reader that keeps
+/// catching up with a sparse stream can tell whether another such thread may want its core (see
+/// `wait::pause_after`). A heuristic: a thread is counted where it last looked, until it looks
+/// from elsewhere or its reader is dropped, parked or not.
+///
+/// # Orderings
+/// Every operation is `Relaxed`: no data is published through these counts. A count read stale
+/// by a few nanoseconds makes one pause a yield or not, and the next pause reads it again.
+pub(crate) struct WaitersByCpu {
+    counts: [CachePadded<std::sync::atomic::AtomicU32>; CPU_SLOTS],
+}
+
+/// The process's count (a test may make its own).
+pub(crate) static WAITERS_BY_CPU: WaitersByCpu = WaitersByCpu::new();
+
+impl WaitersByCpu {
+    pub(crate) const fn new() -> Self {
+        WaitersByCpu {
+            counts: [const { CachePadded::new(std::sync::atomic::AtomicU32::new(0)) }; CPU_SLOTS],
+        }
+    }
+
+    /// Counts the calling thread on the CPU it runs on now, moving it there from `seen` if it was
+    /// counted elsewhere, and says whether it is the only waiting thread counted on that CPU.
+    /// `false` where the CPU cannot be told (then `seen` is left as it is).
+    pub(crate) fn settle(&self, seen: &mut Option<CpuSlot>) -> bool {
+        let Some(cpu) = current_cpu() else {
+            return false;
+        };
+        self.settle_on(CpuSlot::new(cpu as usize), seen)
+    }
+
+    /// [`WaitersByCpu::settle`] on a known slot.
+    pub(crate) fn settle_on(&self, slot: CpuSlot, seen: &mut Option<CpuSlot>) -> bool {
+        let count = &self.counts[usize::from(slot.0)];
+        if *seen != Some(slot) {
+            self.leave(seen);
+            // Relaxed: see Orderings.
+            count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            *seen = Some(slot);
+        }
+        // Relaxed: see Orderings.
+        count.load(std::sync::atomic::Ordering::Relaxed) == 1
+    }
+
+    /// How many waiting threads `slot` counts.
+    #[cfg(test)]
+    pub(crate) fn count(&self, slot: CpuSlot) -> u32 {
+        // Relaxed: see Orderings.
+        self.counts[usize::from(slot.0)].load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Stops counting a thread last seen on `seen`, if it was counted.
+    pub(crate) fn leave(&self, seen: &mut Option<CpuSlot>) {
+        if let Some(old) = seen.take() {
+            // Relaxed: see Orderings.
+            self.counts[usize::from(old.0)].fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
+/// The CPU the calling thread runs on, where the system says (glibc reads it from the thread's
+/// `rseq` area: a few nanoseconds). Under loom, none: readers then always pause as if they shared
+/// their CPU, the behaviour the models check.
+fn current_cpu() -> Option<u32> {
+    #[cfg(all(not(loom), target_os = "linux"))]
+    {
+        // SAFETY: `sched_getcpu` takes no arguments and touches no memory of ours.
+        let cpu = unsafe { libc::sched_getcpu() };
+        u32::try_from(cpu).ok()
+    }
+    #[cfg(not(all(not(loom), target_os = "linux")))]
+    {
+        None
+    }
+}
