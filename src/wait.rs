@@ -389,8 +389,14 @@ fn yield_then_park<T: Send + Sync + 'static>(
     deadline: Option<Instant>,
     limit: u64,
 ) -> Result<Waited, (usize, ReadError)> {
-    if let Some(first) = readers.first_mut() {
+    // Counted on this CPU from here on, parked or not: a reader that will want the core when
+    // its record comes makes the others on this CPU take turns. The set's first reader holds the
+    // count; one that held it before the set changed (a group's rebalance) gives it up here.
+    if let Some((first, rest)) = readers.split_first_mut() {
         WAITERS_BY_CPU.settle(&mut first.waits_on);
+        for r in rest {
+            WAITERS_BY_CPU.leave(&mut r.waits_on);
+        }
     }
     let yield_start = Instant::now();
     let between = polls_between_yields(&wait);
@@ -647,6 +653,30 @@ mod tests {
         if cfg!(target_os = "linux") {
             let slot = reader.waits_on.expect("counted on the CPU it paused on");
             assert!(WAITERS_BY_CPU.count(slot) >= 1);
+        }
+    }
+
+    #[test]
+    fn a_set_of_readers_is_counted_once_by_its_first() {
+        use crate::{Start, Topic, TopicConfig};
+        let wait = WaitStrategy::default().yield_for(Duration::from_nanos(1));
+        let topic = Topic::<u64>::new("cpu-set", TopicConfig::default().wait(wait)).unwrap();
+        let mut readers = vec![
+            topic.reader(0, Start::Earliest).unwrap(),
+            topic.reader(0, Start::Earliest).unwrap(),
+        ];
+        // The second reader was the set's first before it changed, and holds a count.
+        WAITERS_BY_CPU.settle_on(CpuSlot::new(0), &mut readers[1].waits_on);
+        let waker = Arc::clone(readers[0].waker());
+        let deadline = Some(Instant::now());
+        let waited = yield_then_park(&mut readers, 0, &waker, wait, deadline, u64::MAX);
+        assert!(matches!(waited, Ok(Waited::TimedOut)));
+        assert_eq!(readers[1].waits_on, None, "gave its count up");
+        if cfg!(target_os = "linux") {
+            assert!(
+                readers[0].waits_on.is_some(),
+                "the first holds the set's count"
+            );
         }
     }
 
