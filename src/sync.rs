@@ -11,6 +11,7 @@
 //! - [`Futex`]: a 32-bit word a thread can sleep on (atomic-wait), with a timed wait of our own;
 //! - [`light_barrier`] / [`heavy_barrier`]: the asymmetric pair used by the park/wake handshake;
 //! - [`Epoch`]: pinning for crossbeam-epoch reclamation;
+//! - [`WaitersByCpu`]: how many threads wait for records on each CPU (a heuristic for pauses);
 //! - spin and yield hints, and `CachePadded`.
 //!
 //! # Orderings
@@ -24,6 +25,7 @@
 //! the parking reader's re-check, or its later load of the parked count observes the reader's increment.
 //! That lets the light side be a compiler fence only. When membarrier is unavailable both sides fall back
 //! to `fence(SeqCst)`; under loom both sides are `fence(SeqCst)`, which is what loom can model.
+//! [`WaitersByCpu`]'s counts publish nothing and are `Relaxed` (see there).
 
 #[cfg(not(loom))]
 pub(crate) use std::sync::{
@@ -701,6 +703,8 @@ impl CpuSlot {
 /// Every operation is `Relaxed`: no data is published through these counts. A count read stale
 /// by a few nanoseconds makes one pause a yield or not, and the next pause reads it again.
 pub(crate) struct WaitersByCpu {
+    /// Std's atomics even under loom: a static cannot hold loom's, and a heuristic count has
+    /// nothing for loom to check (under loom nobody is counted: [`current_cpu`] is `None`).
     counts: [CachePadded<std::sync::atomic::AtomicU32>; CPU_SLOTS],
 }
 
