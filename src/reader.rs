@@ -87,8 +87,9 @@ pub struct Reader<T: Send + Sync + 'static> {
     /// The position last stored in the cursor, where publishers under `Block` and `Reject` and
     /// the statistics see it (only `report` stores it, so the two agree).
     reported: u64,
-    /// When the waiting thread last yielded in a pause after a run, in [`clock::now_nanos`]'s
-    /// terms (see `wait::pause_after`); a set of readers waited on together keeps it in its first.
+    /// When the waiting thread's turn started, in [`clock::now_nanos`]'s terms: its last yield
+    /// after a short run, or, alone on its CPU, its once-a-long-turn yield (see
+    /// `wait::pause_after`); a set of readers waited on together keeps it in its first.
     pub(crate) yielded_at: u64,
     /// Where the waiting thread is counted among those waiting on each CPU (see
     /// `wait::pause_after`); a set of readers waited on together keeps it in its first.

@@ -133,21 +133,26 @@ enum Pause {
     SpinFor { nanos: u64, now: u64 },
     /// One yield, at `now`: the thread's turn starts again there.
     Yield { now: u64 },
-    /// Yields until this much time has passed, from `now`: the thread's turn starts again there.
-    YieldFor { pause: Duration, now: u64 },
+    /// Yields until this much time has passed; where `restart` says when, the thread's turn
+    /// starts again there.
+    YieldFor {
+        pause: Duration,
+        restart: Option<u64>,
+    },
 }
 
-/// The pause after a caught-up run of `fed` records, for a waiting thread that last yielded at
-/// `yielded_at` (in [`clock::now_nanos`]'s terms, as `now` reads it), and that can ask whether it
-/// is `alone` on its CPU among the threads that wait for records (see
-/// [`WaitersByCpu`](crate::sync::WaitersByCpu); asked only where the answer matters, since it
-/// reads the CPU number).
+/// The pause after a caught-up run of `fed` records, for a waiting thread whose turn started at
+/// `yielded_at` (in [`clock::now_nanos`]'s terms, as `now` reads it: not for a saturated stream's
+/// pause), and that can ask whether it is `alone` on its CPU among the threads that wait for
+/// records (see [`WaitersByCpu`](crate::sync::WaitersByCpu); asked only where the answer matters,
+/// since it reads the CPU number).
 ///
-/// A thread that shares its CPU, or cannot tell, yields: a long run's pause is timed
-/// ([`batch_pause`]); a short one's is one yield, or spin hints (one a record) while the thread
-/// yielded less than [`TURN_NANOS`] ago. A thread alone on its CPU takes the pauses shorter than a
-/// turn as spin hints, which hand nothing to anyone, and yields once in [`ALONE_TURN_NANOS`] as if
-/// it shared. A pause of a turn or more (a saturated stream's) yields either way.
+/// A thread that shares its CPU, or cannot tell, pauses as it did before the count: a long run's
+/// pause is timed ([`batch_pause`]), yielding; a short one's is one yield, or spin hints (one a
+/// record) while the thread yielded less than [`TURN_NANOS`] ago. A thread alone on its CPU takes
+/// the pauses shorter than a turn as spin hints, which hand nothing to anyone, and once its turn
+/// of [`ALONE_TURN_NANOS`] is over yields as if it shared, which starts the next. A pause of a
+/// turn or more (a saturated stream's) yields either way, and reads no clock.
 fn pause_after(
     fed: u64,
     yielded_at: u64,
@@ -155,13 +160,15 @@ fn pause_after(
     alone: impl FnOnce() -> bool,
 ) -> Pause {
     let pause = batch_pause(fed);
-    let short = pause < SHORTEST_YIELD;
     if pause >= Duration::from_nanos(TURN_NANOS) {
-        // A saturated stream's pause (runs of 32 records or more): yielding, alone or not, so
-        // that a thread the count does not see (a producer on this CPU) gets the core while
-        // the records pile up.
-        return Pause::YieldFor { pause, now: now() };
+        // A saturated stream's pause (runs of 32 records or more), alone or not: a thread the
+        // count does not see (a producer on this CPU) gets the core while the records pile up.
+        return Pause::YieldFor {
+            pause,
+            restart: None,
+        };
     }
+    let short = pause < SHORTEST_YIELD;
     let now = now();
     // Wrapping: a clock that went back (the stamps' wall clock can) makes a huge difference, so
     // the thread yields and its turn starts again, rather than spinning until the clock is back.
@@ -169,15 +176,27 @@ fn pause_after(
     if short && since < TURN_NANOS {
         return Pause::Spin(fed);
     }
-    let alone = since < ALONE_TURN_NANOS && alone();
-    match (short, alone) {
+    if !alone() {
+        return if short {
+            Pause::Yield { now }
+        } else {
+            Pause::YieldFor {
+                pause,
+                restart: None,
+            }
+        };
+    }
+    match (short, since < ALONE_TURN_NANOS) {
         (true, true) => Pause::Spin(fed),
-        (true, false) => Pause::Yield { now },
         (false, true) => Pause::SpinFor {
             nanos: u64::try_from(pause.as_nanos()).unwrap_or(u64::MAX),
             now,
         },
-        (false, false) => Pause::YieldFor { pause, now },
+        (true, false) => Pause::Yield { now },
+        (false, false) => Pause::YieldFor {
+            pause,
+            restart: Some(now),
+        },
     }
 }
 
@@ -346,8 +365,10 @@ pub(crate) fn wait_any<T: Send + Sync + 'static>(
                     first.yielded_at = now;
                     yield_now();
                 }
-                Pause::YieldFor { pause, now } => {
-                    first.yielded_at = now;
+                Pause::YieldFor { pause, restart } => {
+                    if let Some(now) = restart {
+                        first.yielded_at = now;
+                    }
                     let start = Instant::now();
                     loop {
                         yield_now();
@@ -494,6 +515,7 @@ mod tests {
         let t = 5_000_000; // any clock reading
         let shared = || false;
         let unasked = || -> bool { panic!("within a turn the CPU is not asked about") };
+        let never = || -> u64 { panic!("a saturated stream's pause reads no clock") };
         // A run of one, 0.3 µs after the thread's last yield: spin hints, one a record, without
         // asking about the CPU.
         assert_eq!(pause_after(1, t, || t + 300, unasked), Pause::Spin(1));
@@ -511,27 +533,30 @@ mod tests {
             "a reader that never yielded yields"
         );
         // A clock that went back (the stamps' wall clock can): a yield, so that a step back never
-        // keeps the thread from yielding until the clock has caught up.
-        assert_eq!(
-            pause_after(1, t, || t - 1_000_000, || true),
-            Pause::Yield { now: t - 1_000_000 }
-        );
+        // keeps the thread from yielding until the clock has caught up, alone or not.
+        for alone in [true, false] {
+            assert_eq!(
+                pause_after(1, t, || t - 1_000_000, || alone),
+                Pause::Yield { now: t - 1_000_000 }
+            );
+        }
         // Longer runs (from four records) pause by the clock, yielding, whenever the last yield
-        // was.
+        // was, and leave the turn as it was.
         let long = (SHORTEST_YIELD.as_nanos() / PAUSE_PER_RECORD.as_nanos()) as u64 + 1;
         assert_eq!(long, 4);
         assert_eq!(
             pause_after(long, t, || t + 10, shared),
             Pause::YieldFor {
                 pause: batch_pause(long),
-                now: t + 10
+                restart: None
             }
         );
+        // A saturated stream's (from 32 records) reads neither the clock nor the CPU.
         assert_eq!(
-            pause_after(1 << 20, 0, || t, shared),
+            pause_after(1 << 20, 0, never, unasked),
             Pause::YieldFor {
                 pause: MAX_BATCH_PAUSE,
-                now: t
+                restart: None
             }
         );
     }
@@ -561,32 +586,23 @@ mod tests {
         // From a turn's worth of pause on (a saturated stream), yielding as before, without
         // asking: a producer on this CPU, which the count does not see, gets the core.
         let unasked = || -> bool { panic!("a saturated stream's pause does not ask") };
+        let never = || -> u64 { panic!("a saturated stream's pause reads no clock") };
         assert_eq!(
-            pause_after(32, t, || t + 10, unasked),
+            pause_after(32, t, never, unasked),
             Pause::YieldFor {
                 pause: batch_pause(32),
-                now: t + 10
+                restart: None
             }
         );
-        assert_eq!(
-            pause_after(1 << 20, t, || t + 10, unasked),
-            Pause::YieldFor {
-                pause: MAX_BATCH_PAUSE,
-                now: t + 10
-            }
-        );
-        // Once in a long turn it yields as if it shared, and is not asked (a thread that came
-        // to its CPU since gets the core at least that often).
+        // Once its long turn is over it yields as if it shared, which starts the next turn (a
+        // thread that came to its CPU since gets the core at least that often).
         let due = t + ALONE_TURN_NANOS;
+        assert_eq!(pause_after(1, t, || due, alone), Pause::Yield { now: due });
         assert_eq!(
-            pause_after(1, t, || due, unasked),
-            Pause::Yield { now: due }
-        );
-        assert_eq!(
-            pause_after(4, t, || due, unasked),
+            pause_after(4, t, || due, alone),
             Pause::YieldFor {
                 pause: batch_pause(4),
-                now: due
+                restart: Some(due)
             }
         );
     }
