@@ -700,7 +700,8 @@ impl CpuSlot {
 /// from elsewhere or its reader is dropped, parked or not.
 ///
 /// # Orderings
-/// Every operation is `Relaxed`: no data is published through these counts. A count read stale
+/// Every operation is `Relaxed` (`Ordering` is std's under loom too): no data is published
+/// through these counts. A count read stale
 /// by a few nanoseconds makes one pause a yield or not, and the next pause reads it again.
 pub(crate) struct WaitersByCpu {
     /// Std's atomics even under loom: a static cannot hold loom's, and a heuristic count has
@@ -725,7 +726,7 @@ impl WaitersByCpu {
         let Some(cpu) = current_cpu() else {
             return false;
         };
-        self.settle_on(CpuSlot::new(cpu as usize), seen)
+        self.settle_on(CpuSlot::new(cpu), seen)
     }
 
     /// [`WaitersByCpu::settle`] on a known slot.
@@ -734,25 +735,25 @@ impl WaitersByCpu {
         if *seen != Some(slot) {
             self.leave(seen);
             // Relaxed: see Orderings.
-            count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            count.fetch_add(1, Ordering::Relaxed);
             *seen = Some(slot);
         }
         // Relaxed: see Orderings.
-        count.load(std::sync::atomic::Ordering::Relaxed) == 1
+        count.load(Ordering::Relaxed) == 1
     }
 
     /// How many waiting threads `slot` counts.
     #[cfg(test)]
     pub(crate) fn count(&self, slot: CpuSlot) -> u32 {
         // Relaxed: see Orderings.
-        self.counts[usize::from(slot.0)].load(std::sync::atomic::Ordering::Relaxed)
+        self.counts[usize::from(slot.0)].load(Ordering::Relaxed)
     }
 
     /// Stops counting a thread last seen on `seen`, if it was counted.
     pub(crate) fn leave(&self, seen: &mut Option<CpuSlot>) {
         if let Some(old) = seen.take() {
             // Relaxed: see Orderings.
-            self.counts[usize::from(old.0)].fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            self.counts[usize::from(old.0)].fetch_sub(1, Ordering::Relaxed);
         }
     }
 }
@@ -760,12 +761,12 @@ impl WaitersByCpu {
 /// The CPU the calling thread runs on, where the system says (glibc reads it from the thread's
 /// `rseq` area: a few nanoseconds). Under loom, none: readers then always pause as if they shared
 /// their CPU, the behaviour the models check.
-fn current_cpu() -> Option<u32> {
+fn current_cpu() -> Option<usize> {
     #[cfg(all(not(loom), target_os = "linux"))]
     {
         // SAFETY: `sched_getcpu` takes no arguments and touches no memory of ours.
         let cpu = unsafe { libc::sched_getcpu() };
-        u32::try_from(cpu).ok()
+        usize::try_from(cpu).ok()
     }
     #[cfg(not(all(not(loom), target_os = "linux")))]
     {
