@@ -58,7 +58,8 @@ pub enum Overflow {
 /// turns, and a reader with a core to itself lets records pile up instead of pulling the producer's
 /// cache lines over a few records at a time. A reader whose thread is the only one waiting for
 /// records on its CPU (logbus counts its waiting threads by CPU, on Linux) takes the pauses under a
-/// microsecond as spin hints instead, and yields at least once in 50 µs. A reader that has not
+/// microsecond as spin hints instead, polls on through its yielding phase instead of yielding, and
+/// yields at least once in 50 µs either way. A reader that has not
 /// caught up never yields. While a
 /// multi-producer publish is in flight at its position (reserved, not yet published) a reader
 /// yields rather than parks: that publisher is only descheduled and will publish as soon as it

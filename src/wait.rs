@@ -13,8 +13,9 @@
 //! the thread yielded less than a microsecond ago (`pause_after`), so that records paced a few
 //! hundred nanoseconds apart do not land inside a yield each. A thread that is the only one
 //! waiting for records on its CPU (the process counts them by CPU: `WaitersByCpu` in `sync`)
-//! spins through every pause under a microsecond instead, and yields once in 50 µs: there is
-//! nobody to take turns with, and a yield, 0.2–0.6 µs even alone, is a window records land in.
+//! spins through every pause under a microsecond instead, polls on where its yielding phase would
+//! yield (`round_end`), and yields once in 50 µs: there is nobody to take turns with, and a yield,
+//! 0.2–0.75 µs even alone, is a window records land in.
 //! And a reader whose position is
 //! reserved but not yet published (a multi-producer publish in flight) keeps yielding instead of
 //! parking.
@@ -98,8 +99,9 @@ const SHORTEST_YIELD: Duration = Duration::from_nanos(100);
 const TURN_NANOS: u64 = 1_000;
 
 /// The longest a thread that is the only one waiting for records on its CPU (see
-/// [`WaitersByCpu`](crate::sync::WaitersByCpu)) goes without yielding in its pauses, in
-/// nanoseconds. Within it, such a thread spins through every pause under [`TURN_NANOS`]: with
+/// [`WaitersByCpu`](crate::sync::WaitersByCpu)) goes without yielding in its pauses and its
+/// yielding phase, in nanoseconds. Within it, such a thread spins through every pause under
+/// [`TURN_NANOS`], and polls on at the end of each round of its yielding phase ([`round_end`]): with
 /// nobody to take turns with, a yield only opens a window for records to wait in (a lone
 /// `sched_yield` takes 0.55–0.61 µs on the 2-vCPU EPYC guest of stops 27 and 39, 0.2 µs on the
 /// Xeon). Past it, the thread pauses as if it shared its CPU, once: a thread the count does not
@@ -197,6 +199,45 @@ fn pause_after(
             pause,
             restart: Some(now),
         },
+    }
+}
+
+/// What a reader set in its yielding phase does when a round of polls ends.
+#[derive(Debug, PartialEq, Eq)]
+enum RoundEnd {
+    /// Polls on, keeping the core.
+    Poll,
+    /// Yields; where `restart` says when, the thread's turn starts again there.
+    Yield { restart: Option<u64> },
+}
+
+/// How a round of polls in the yielding phase ends, for a thread whose turn started at
+/// `yielded_at` (as in [`pause_after`]) and that can ask whether it is `alone` on its CPU among
+/// the threads that wait for records.
+///
+/// A thread that shares its CPU, or cannot tell, yields, as it did before the count, and reads no
+/// clock. A thread alone on its CPU polls on within its turn of [`ALONE_TURN_NANOS`]: its yields
+/// handed the core to nobody, and a record published during one waited for it to return (on the
+/// EPYC guest a lone yield takes 0.55–0.75 µs and a round of 128 polls ~3.6 µs, so a yield was
+/// about a sixth of the phase, where records paced 50 µs apart land). Once its turn is over it
+/// yields, which
+/// starts the next, so a thread the count does not see gets the core at least that often.
+///
+/// Alternating binaries on the EPYC guest (stop 41; medians of 3 runs a round, 20 rounds, the
+/// ring-like single-producer topic and the Disruptor's BusySpin in each run): 50 µs-paced 1→1
+/// p50 ×0.89 and p90 ×0.57 (the BusySpin's own over the same runs: logbus at 1.06× and 1.36× of
+/// it before, 0.99× and 0.95× after); 50 µs-paced 1→2, whose readers share a core, alike (p50
+/// ×1.00, p90 ×1.03); the 2 µs-paced latency (8 rounds) and saturated throughput (8 rounds, every
+/// fan-out), whose readers do not get this far, alike.
+fn round_end(yielded_at: u64, now: impl FnOnce() -> u64, alone: impl FnOnce() -> bool) -> RoundEnd {
+    if !alone() {
+        return RoundEnd::Yield { restart: None };
+    }
+    let now = now();
+    if now.wrapping_sub(yielded_at) < ALONE_TURN_NANOS {
+        RoundEnd::Poll
+    } else {
+        RoundEnd::Yield { restart: Some(now) }
     }
 }
 
@@ -433,10 +474,26 @@ fn yield_then_park<T: Send + Sync + 'static>(
             false
         } else {
             polls = between;
-            yield_now();
-            k += 1;
+            // A round of polls ends in a yield, unless the thread is alone on its CPU within its
+            // turn: then it polls on (a strategy that polls between yields at all).
+            let end = match readers.first_mut().filter(|_| between > 0) {
+                Some(first) => round_end(first.yielded_at, clock::now_nanos, || {
+                    WAITERS_BY_CPU.settle(&mut first.waits_on)
+                }),
+                None => RoundEnd::Yield { restart: None },
+            };
+            match end {
+                RoundEnd::Poll => spin_hint(),
+                RoundEnd::Yield { restart } => {
+                    if let (Some(now), Some(first)) = (restart, readers.first_mut()) {
+                        first.yielded_at = now;
+                    }
+                    yield_now();
+                    k += 1;
+                }
+            }
             // The clock every 8 yields when nothing is polled between them (a yield is ~0.2 µs),
-            // every yield when a round of polls makes it ~10× longer.
+            // every round when its polls make it ~10× longer.
             between > 0 || k.is_multiple_of(8)
         };
         check!(readers, from, waker, limit);
@@ -608,6 +665,40 @@ mod tests {
     }
 
     #[test]
+    fn a_round_of_polls_ends_in_a_yield_unless_the_thread_is_alone_within_its_turn() {
+        let t = 5_000_000;
+        let never = || -> u64 { panic!("a thread that shares its CPU reads no clock") };
+        // Shared (or cannot tell): a yield that leaves the turn as it was, as before the count.
+        assert_eq!(
+            round_end(t, never, || false),
+            RoundEnd::Yield { restart: None }
+        );
+        // Alone, within its turn: polls on.
+        assert_eq!(round_end(t, || t + 1, || true), RoundEnd::Poll);
+        assert_eq!(
+            round_end(t, || t + ALONE_TURN_NANOS - 1, || true),
+            RoundEnd::Poll
+        );
+        // Alone, its turn over (or never yielded, or a clock that went back): a yield that
+        // starts the next turn.
+        let due = t + ALONE_TURN_NANOS;
+        assert_eq!(
+            round_end(t, || due, || true),
+            RoundEnd::Yield { restart: Some(due) }
+        );
+        assert_eq!(
+            round_end(0, || t, || true),
+            RoundEnd::Yield { restart: Some(t) }
+        );
+        assert_eq!(
+            round_end(t, || t - 1, || true),
+            RoundEnd::Yield {
+                restart: Some(t - 1)
+            }
+        );
+    }
+
+    #[test]
     fn waiting_threads_are_counted_on_one_cpu_at_a_time() {
         let counts = WaitersByCpu::new();
         let (cpu0, cpu1) = (CpuSlot::new(0), CpuSlot::new(1));
@@ -649,11 +740,6 @@ mod tests {
         assert_eq!(polls_between_yields(&WaitStrategy::park_at_once()), 0);
     }
 
-    /// A yield that gives the core to other readers can return after the yielding window ended,
-    /// with records published meanwhile: the reader takes them without announcing itself parked.
-    /// Here the window is shorter than any yield, so the first yield ends it, and the record is
-    /// there before that yield. (On a many-producer log the reservation alone already keeps a
-    /// reader from parking; a single producer's log has no reservation to see.)
     #[test]
     fn a_reader_that_paused_is_counted_on_its_cpu() {
         use crate::{Start, Topic, TopicConfig};
@@ -698,6 +784,11 @@ mod tests {
         }
     }
 
+    /// A yield that gives the core to other readers can return after the yielding window ended,
+    /// with records published meanwhile: the reader takes them without announcing itself parked.
+    /// Here the window is shorter than any yield, so the first yield ends it, and the record is
+    /// there before that yield. (On a many-producer log the reservation alone already keeps a
+    /// reader from parking; a single producer's log has no reservation to see.)
     #[test]
     fn a_reader_looks_after_the_yield_that_ends_its_window_before_it_parks() {
         use crate::{Start, Topic, TopicConfig};
