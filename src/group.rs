@@ -32,7 +32,7 @@ use crate::{
     sync::{lock, Arc, AtomicU64, Mutex, Ordering},
     topic::Topic,
     trace::event,
-    wait::{scan, take_rotating, wait_any, Waited},
+    wait::{count_once, scan, take_rotating, wait_any, Waited},
 };
 
 /// Decides which member gets which partitions. Members are given sorted by name, so an assignor
@@ -517,6 +517,8 @@ impl<T: Send + Sync + 'static> GroupMember<T> {
             assigned.push(p);
         }
         self.readers.sort_by_key(|r| r.partition());
+        // The member's thread is counted on its CPU by its first reader, which may have changed.
+        count_once(&mut self.readers);
         if changed || !assigned.is_empty() {
             self.group.changed(&st);
         }

@@ -101,8 +101,8 @@ const TURN_NANOS: u64 = 1_000;
 /// The longest a thread that is the only one waiting for records on its CPU (see
 /// [`WaitersByCpu`](crate::sync::WaitersByCpu)) goes without yielding in its pauses and its
 /// yielding phase, in nanoseconds. Within it, such a thread spins through every pause under
-/// [`TURN_NANOS`], and polls on at the end of each round of its yielding phase ([`round_end`]): with
-/// nobody to take turns with, a yield only opens a window for records to wait in (a lone
+/// [`TURN_NANOS`], and polls on at the end of each round of its yielding phase ([`round_end`]):
+/// with nobody to take turns with, a yield only opens a window for records to wait in (a lone
 /// `sched_yield` takes 0.55–0.61 µs on the 2-vCPU EPYC guest of stops 27 and 39, 0.2 µs on the
 /// Xeon). Past it, the thread pauses as if it shared its CPU, once: a thread the count does not
 /// see (not a logbus reader, or a reader not counted yet because it has not run since it came to
@@ -220,15 +220,15 @@ enum RoundEnd {
 /// handed the core to nobody, and a record published during one waited for it to return (on the
 /// EPYC guest a lone yield takes 0.55–0.75 µs and a round of 128 polls ~3.6 µs, so a yield was
 /// about a sixth of the phase, where records paced 50 µs apart land). Once its turn is over it
-/// yields, which
-/// starts the next, so a thread the count does not see gets the core at least that often.
+/// yields, which starts the next, so a thread the count does not see gets the core at least that
+/// often.
 ///
 /// Alternating binaries on the EPYC guest (stop 41; medians of 3 runs a round, 20 rounds, the
 /// ring-like single-producer topic and the Disruptor's BusySpin in each run): 50 µs-paced 1→1
-/// p50 ×0.89 and p90 ×0.57 (the BusySpin's own over the same runs: logbus at 1.06× and 1.36× of
-/// it before, 0.99× and 0.95× after); 50 µs-paced 1→2, whose readers share a core, alike (p50
-/// ×1.00, p90 ×1.03); the 2 µs-paced latency (8 rounds) and saturated throughput (8 rounds, every
-/// fan-out), whose readers do not get this far, alike.
+/// p50 ×0.89 and p90 ×0.57 (against the BusySpin of the same runs, logbus's p50 and p90 went from
+/// 1.06× and 1.36× its figures to 0.99× and 0.95×); 50 µs-paced 1→2, whose readers share a
+/// core, alike (p50 ×1.00, p90 ×1.03); the 2 µs-paced latency (8 rounds) and saturated
+/// throughput (8 rounds, every fan-out), whose readers do not get this far, alike.
 fn round_end(yielded_at: u64, now: impl FnOnce() -> u64, alone: impl FnOnce() -> bool) -> RoundEnd {
     if !alone() {
         return RoundEnd::Yield { restart: None };
@@ -438,6 +438,22 @@ pub(crate) fn wait_any<T: Send + Sync + 'static>(
     yield_then_park(readers, from, waker, wait, deadline, limit)
 }
 
+/// Makes a reader set's count on its thread's CPU (see [`WaitersByCpu`](crate::sync::WaitersByCpu))
+/// its first reader's: a reader that held it while it was first, before the set changed (a
+/// group's rebalance), hands it over, or gives it up where the first holds one already. A thread
+/// waiting on one set is then counted once, wherever its set's readers moved.
+pub(crate) fn count_once<T: Send + Sync + 'static>(readers: &mut [Reader<T>]) {
+    if let Some((first, rest)) = readers.split_first_mut() {
+        for r in rest.iter_mut().filter(|r| r.waits_on.is_some()) {
+            if first.waits_on.is_none() {
+                first.waits_on = r.waits_on.take();
+            } else {
+                WAITERS_BY_CPU.leave(&mut r.waits_on);
+            }
+        }
+    }
+}
+
 /// The rest of [`wait_any`], once polling found nothing: yield, polling between yields, then park.
 /// Out of line, so that the callers' loops carry only the pause and the polls (a reader that keeps
 /// up never gets here). Inline, this phase with its polls between yields (a second look in the loop)
@@ -455,12 +471,10 @@ fn yield_then_park<T: Send + Sync + 'static>(
 ) -> Result<Waited, (usize, ReadError)> {
     // Counted on this CPU from here on, parked or not: a reader that will want the core when
     // its record comes makes the others on this CPU take turns. The set's first reader holds the
-    // count; one that held it before the set changed (a group's rebalance) gives it up here.
-    if let Some((first, rest)) = readers.split_first_mut() {
+    // count.
+    count_once(readers);
+    if let Some(first) = readers.first_mut() {
         WAITERS_BY_CPU.settle(&mut first.waits_on);
-        for r in rest {
-            WAITERS_BY_CPU.leave(&mut r.waits_on);
-        }
     }
     let yield_start = Instant::now();
     let between = polls_between_yields(&wait);
@@ -758,6 +772,32 @@ mod tests {
             let slot = reader.waits_on.expect("counted on the CPU it paused on");
             assert!(WAITERS_BY_CPU.count(slot) >= 1);
         }
+    }
+
+    #[test]
+    fn a_set_whose_first_reader_changed_hands_its_count_to_the_new_first() {
+        use crate::{Start, Topic, TopicConfig};
+        let topic = Topic::<u64>::new("cpu-hand-over", TopicConfig::default()).unwrap();
+        let reader = || topic.reader(0, Start::Earliest).unwrap();
+        // The second reader was first before the set changed, and holds the thread's count.
+        let mut readers = vec![reader(), reader(), reader()];
+        let slot = CpuSlot::new(3);
+        WAITERS_BY_CPU.settle_on(slot, &mut readers[1].waits_on);
+        count_once(&mut readers);
+        let held: Vec<_> = readers.iter().map(|r| r.waits_on).collect();
+        assert_eq!(held, [Some(slot), None, None], "handed over, not copied");
+        // The first holds a count already: a stale one elsewhere in the set is given up.
+        let mut stale = None;
+        WAITERS_BY_CPU.settle_on(CpuSlot::new(4), &mut stale);
+        readers[2].waits_on = stale;
+        count_once(&mut readers);
+        let held: Vec<_> = readers.iter().map(|r| r.waits_on).collect();
+        assert_eq!(held, [Some(slot), None, None]);
+        // An empty set, or one nobody counted, is left as it is.
+        count_once::<u64>(&mut []);
+        let mut uncounted = vec![reader(), reader()];
+        count_once(&mut uncounted);
+        assert!(uncounted.iter().all(|r| r.waits_on.is_none()));
     }
 
     #[test]
