@@ -490,21 +490,23 @@ fn yield_then_park<T: Send + Sync + 'static>(
             polls = between;
             // A round of polls ends in a yield, unless the thread is alone on its CPU within its
             // turn: then it polls on (a strategy that polls between yields at all).
-            let end = match readers.first_mut().filter(|_| between > 0) {
-                Some(first) => round_end(first.yielded_at, clock::now_nanos, || {
-                    WAITERS_BY_CPU.settle(&mut first.waits_on)
-                }),
-                None => RoundEnd::Yield { restart: None },
-            };
-            match end {
-                RoundEnd::Poll => spin_hint(),
-                RoundEnd::Yield { restart } => {
-                    if let (Some(now), Some(first)) = (restart, readers.first_mut()) {
+            let end = match readers.first_mut() {
+                Some(first) if between > 0 => {
+                    let end = round_end(first.yielded_at, clock::now_nanos, || {
+                        WAITERS_BY_CPU.settle(&mut first.waits_on)
+                    });
+                    if let RoundEnd::Yield { restart: Some(now) } = end {
                         first.yielded_at = now;
                     }
-                    yield_now();
-                    k += 1;
+                    end
                 }
+                _ => RoundEnd::Yield { restart: None },
+            };
+            if end == RoundEnd::Poll {
+                spin_hint();
+            } else {
+                yield_now();
+                k += 1;
             }
             // The clock every 8 yields when nothing is polled between them (a yield is ~0.2 µs),
             // every round when its polls make it ~10× longer.
