@@ -59,8 +59,7 @@ pub enum Overflow {
 /// cache lines over a few records at a time. A reader whose thread is the only one waiting for
 /// records on its CPU (logbus counts its waiting threads by CPU, on Linux) takes the pauses under a
 /// microsecond as spin hints instead, polls on through its yielding phase instead of yielding, and
-/// yields at least once in 50 µs either way. A reader that has not
-/// caught up never yields. While a
+/// yields at least once in 50 µs either way. A reader that has not caught up never yields. While a
 /// multi-producer publish is in flight at its position (reserved, not yet published) a reader
 /// yields rather than parks: that publisher is only descheduled and will publish as soon as it
 /// runs. A publisher blocked by [`Overflow::Block`] lengthens its yielding (doubling it, up to 16 ×

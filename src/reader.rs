@@ -88,11 +88,13 @@ pub struct Reader<T: Send + Sync + 'static> {
     /// the statistics see it (only `report` stores it, so the two agree).
     reported: u64,
     /// When the waiting thread's turn started, in [`clock::now_nanos`]'s terms: its last yield
-    /// after a short run, or, alone on its CPU, its once-a-long-turn yield (see
-    /// `wait::pause_after`); a set of readers waited on together keeps it in its first.
+    /// after a short run, or, alone on its CPU, its once-a-long-turn yield, in a pause or in the
+    /// yielding phase (see `wait::pause_after` and `wait::round_end`); a set of readers waited on
+    /// together keeps it in its first.
     pub(crate) yielded_at: u64,
     /// Where the waiting thread is counted among those waiting on each CPU (see
-    /// `wait::pause_after`); a set of readers waited on together keeps it in its first.
+    /// `wait::pause_after`); a set of readers waited on together keeps it in its first (see
+    /// `wait::count_once`).
     pub(crate) waits_on: Option<CpuSlot>,
     /// Whether this reader, polled as a `Stream`, is announced as parked (see `crate::stream`).
     #[cfg(feature = "async")]

@@ -696,13 +696,13 @@ impl CpuSlot {
 
 /// How many threads that wait for records were last seen on each CPU, so that a reader that keeps
 /// catching up with a sparse stream can tell whether another such thread may want its core (see
-/// `wait::pause_after`). A heuristic: a thread is counted where it last looked, until it looks
-/// from elsewhere or its reader is dropped, parked or not.
+/// `wait::pause_after` and `wait::round_end`). A heuristic: a thread is counted where it last
+/// looked, until it looks from elsewhere or its reader is dropped, parked or not.
 ///
 /// # Orderings
 /// Every operation is `Relaxed` (`Ordering` is std's under loom too): no data is published
-/// through these counts. A count read stale
-/// by a few nanoseconds makes one pause a yield or not, and the next pause reads it again.
+/// through these counts. A count read stale by a few nanoseconds makes one pause, or one round of
+/// the yielding phase, end in a yield or not, and the next one reads it again.
 pub(crate) struct WaitersByCpu {
     /// Std's atomics even under loom: a static cannot hold loom's, and a heuristic count has
     /// nothing for loom to check (under loom nobody is counted: [`current_cpu`] is `None`).
