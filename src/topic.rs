@@ -168,10 +168,11 @@ impl<T: Send + Sync + 'static> Topic<T> {
 
     /// Publishes a record (round-robin over partitions) and says where it landed.
     ///
-    /// Any thread may call it on a shared topic. On a many-producer topic each call pins the
-    /// epoch and looks the partition's segment up; on a single-producer topic it claims the
-    /// producer role for the call, and fails with [`PublishError::Busy`] while a `Producer` holds
-    /// it. A [`Producer`] keeps its segment between publishes and is the fast path.
+    /// Any thread may call it on a shared topic. Each call looks the partition's segment up (under
+    /// an epoch pin where retention may remove segments); on a single-producer topic it also
+    /// claims the producer role for the call, and fails with [`PublishError::Busy`] while a
+    /// `Producer` holds it. A [`Producer`] keeps its segment between publishes and is the fast
+    /// path.
     pub fn publish(&self, value: T) -> Result<Published, PublishError<T>> {
         let partition = self.next_partition();
         self.publish_at(partition, None, value)

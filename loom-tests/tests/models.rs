@@ -338,6 +338,38 @@ fn pinned_publish_races_the_trim_of_its_segment() {
     });
 }
 
+/// I1, I2: on a topic without retention `Topic::publish` looks its segment up unpinned
+/// (`Directory::get_kept`). Here two threads publish at once: whichever reserves offset 2 installs
+/// segment 2, which doubles the directory's ring (two entries under loom), and the other writes
+/// offset 1 without a pin. Both records land, and a reader reads every record once, in order.
+/// (Loom explores which thread grows the ring, four interleavings; it does not reach a lookup
+/// that loads the old table just before the swap. That one is safe because a table is freed only
+/// with its directory, which the stress tests and memcheck exercise at scale.)
+#[test]
+fn unpinned_publish_races_directory_growth() {
+    model(|| {
+        let topic = Topic::<u64>::new("m", config()).unwrap();
+        let mut reader = topic.reader(0, Start::Earliest).unwrap();
+        topic.publish(100).unwrap();
+        let t = topic.clone();
+        let publisher = thread::spawn(move || t.publish(101).unwrap().offset);
+        let mine = topic.publish(102).unwrap().offset;
+        let theirs = publisher.join().unwrap();
+        let mut offsets = [mine, theirs];
+        offsets.sort();
+        assert_eq!(offsets, [1, 2]);
+        let read: Vec<(u64, u64)> = (0..3)
+            .map(|_| {
+                let r = reader.try_next().unwrap();
+                (r.offset(), *r)
+            })
+            .collect();
+        let value_at = |offset| if offset == mine { 102 } else { 101 };
+        assert_eq!(read, vec![(0, 100), (1, value_at(1)), (2, value_at(2))]);
+        assert!(matches!(reader.try_next(), Err(ReadError::Empty)));
+    });
+}
+
 /// `Block`: the publisher waits for the slow reader; when that reader goes away it must stop
 /// holding the publisher back (no deadlock).
 #[test]

@@ -1,13 +1,18 @@
 //! The directory: segment index to segment, in O(1), for every retained segment.
 //!
 //! A ring of pointers indexed by `segment index & mask`. Live segments always fit: before an install
-//! would wrap onto a live entry the ring doubles (a new table, entries copied, the old table retired
-//! through the epoch). Only the log's admin lock holder installs, grows or removes; readers and
-//! producers look up lock-free while pinned.
+//! would wrap onto a live entry the ring doubles (a new table, entries copied). The new table keeps
+//! the one it replaced, which is freed with the directory, never before: tables only double, so
+//! the old ones together are smaller than the current one, and a lookup never needs a pin for the
+//! table it reads. Only the log's admin lock holder installs, grows or removes; readers and
+//! producers look up lock-free, pinned where a segment may be removed under them
+//! ([`Directory::get`]), unpinned where none ever is ([`Directory::get_kept`]).
 //!
 //! # Orderings
 //! - `table`: stored with Release after the new table's entries are filled, loaded with Acquire, so a
-//!   reader of the new table sees its entries.
+//!   reader of the new table sees its entries. A reader of an old table sees the entries stored
+//!   before the swap, which may be stale: [`Directory::get`]'s base check, and the caller's
+//!   reservation, which comes after the install it needs (see [`Directory::get_kept`]), cover it.
 //! - entries: stored with Release when a segment is installed (publishing its `base` and its initial
 //!   reference) and loaded with Acquire by lookups. Removal stores null with Release; the removed
 //!   segment's directory reference is released through the epoch, never at once.
@@ -20,7 +25,17 @@ use crate::{
 
 struct Table<T> {
     entries: Box<[AtomicPtr<Segment<T>>]>,
+    /// The table this one replaced (null for the first), owned: freed with this one, so that a
+    /// lookup that loaded it before the swap may still read it.
+    replaced: *mut Table<T>,
 }
+
+// SAFETY: a table is its entries (atomic pointers, `Send` and `Sync` whatever `T` is) and the
+// table it replaced, which it owns outright and only frees in `drop`: it shares nothing a plain
+// `Box<Table<T>>` would not.
+unsafe impl<T> Send for Table<T> {}
+// SAFETY: as above; `&Table` gives only atomic loads and stores of its entries.
+unsafe impl<T> Sync for Table<T> {}
 
 impl<T> Table<T> {
     fn with_capacity(cap: usize) -> Self {
@@ -29,6 +44,7 @@ impl<T> Table<T> {
             entries: (0..cap)
                 .map(|_| AtomicPtr::new(std::ptr::null_mut()))
                 .collect(),
+            replaced: std::ptr::null_mut(),
         }
     }
 
@@ -44,10 +60,14 @@ pub(crate) struct Directory<T> {
     shift: u32,
 }
 
+/// Entries of a directory's first table. Under loom, two: a log installs its first two segments
+/// when it is made, so a model's third segment already doubles the ring.
+const FIRST_TABLE: usize = if cfg!(loom) { 2 } else { 8 };
+
 impl<T> Directory<T> {
     pub(crate) fn new(shift: u32) -> Self {
         Directory {
-            table: Atomic::new(Table::with_capacity(8)),
+            table: Atomic::new(Table::with_capacity(FIRST_TABLE)),
             shift,
         }
     }
@@ -57,7 +77,7 @@ impl<T> Directory<T> {
     pub(crate) fn get<'g>(&self, index: u64, guard: &'g Guard) -> Option<&'g Segment<T>> {
         // Acquire: see the module's Orderings.
         let table = self.table.load(Ordering::Acquire, guard);
-        // SAFETY: the table is never null and is retired only through the epoch; we are pinned.
+        // SAFETY: the table is never null and is freed only with the directory.
         let table = unsafe { table.deref() };
         // Acquire: pairs with the Release store in `install`.
         let ptr = table.entry(index).load(Ordering::Acquire);
@@ -66,6 +86,35 @@ impl<T> Directory<T> {
         }
         // SAFETY: a non-null entry is a live segment: its directory reference is released only through
         // the epoch after removal, and we are pinned.
+        let seg = unsafe { &*ptr };
+        (seg.base() >> self.shift == index).then_some(seg)
+    }
+
+    /// [`Directory::get`] without a pin, for a log that never removes a segment while it lives
+    /// (one without retention).
+    ///
+    /// # Safety
+    /// No segment of this directory is removed while the returned reference is used: only
+    /// dropping the log removes them then, and it needs the log to itself. A lookup of `index`
+    /// must also come after the install of segment `index` that it needs (`Log::prepare` by the
+    /// same thread, or the Acquire load of `installed` that saw it), so that whichever table it
+    /// reads, old or current, holds the entry.
+    #[inline]
+    pub(crate) unsafe fn get_kept(&self, index: u64) -> Option<&Segment<T>> {
+        // SAFETY: a table is freed only with the directory (each keeps the one it replaced), so
+        // any table loaded while `&self` lives is valid; the guard protects nothing here.
+        let guard = unsafe { crate::sync::unprotected() };
+        // Acquire: see the module's Orderings.
+        let table = self.table.load(Ordering::Acquire, guard);
+        // SAFETY: the table is never null and outlives `&self` (above).
+        let table = unsafe { table.deref() };
+        // Acquire: pairs with the Release store in `install`.
+        let ptr = table.entry(index).load(Ordering::Acquire);
+        if ptr.is_null() {
+            return None;
+        }
+        // SAFETY: a non-null entry is a segment the directory holds, and the caller's contract
+        // says none is removed while the reference is used.
         let seg = unsafe { &*ptr };
         (seg.base() >> self.shift == index).then_some(seg)
     }
@@ -84,19 +133,16 @@ impl<T> Directory<T> {
             while (cap as u64) < live {
                 cap *= 2;
             }
-            let bigger = Table::with_capacity(cap);
+            let mut bigger = Table::with_capacity(cap);
             for i in oldest..index {
                 // Relaxed: entries are written only under the admin lock we hold.
                 let p = table.entry(i).load(Ordering::Relaxed);
                 bigger.entry(i).store(p, Ordering::Relaxed);
             }
+            // The new table owns the old one from here on (see `Table::replaced`).
+            bigger.replaced = table_ptr.as_raw() as *mut Table<T>;
             // Release: publishes the copied entries with the table (see Orderings).
-            let old = self
-                .table
-                .swap(Owned::new(bigger), Ordering::Release, guard);
-            // SAFETY: `old` is unlinked; pinned lookups may still read it, so it is destroyed only
-            // after every current pin ends.
-            unsafe { guard.defer_destroy(old) };
+            self.table.store(Owned::new(bigger), Ordering::Release);
             table_ptr = self.table.load(Ordering::Relaxed, guard);
             // SAFETY: just stored, non-null.
             table = unsafe { table_ptr.deref() };
@@ -116,6 +162,20 @@ impl<T> Directory<T> {
         table
             .entry(index)
             .swap(std::ptr::null_mut(), Ordering::AcqRel)
+    }
+}
+
+impl<T> Drop for Table<T> {
+    fn drop(&mut self) {
+        let mut replaced = self.replaced;
+        // A loop, not a recursive drop: a directory that doubled many times frees a long chain.
+        while !replaced.is_null() {
+            // SAFETY: `replaced` is a table made by `Owned::new` and unlinked from the directory,
+            // owned by this chain alone (set once, under the admin lock, when its successor was
+            // made) and so by its newest member, which is being dropped: no lookup is left.
+            let mut table = unsafe { Shared::from(replaced as *const Table<T>).into_owned() };
+            replaced = std::mem::replace(&mut table.replaced, std::ptr::null_mut());
+        }
     }
 }
 
