@@ -72,22 +72,42 @@ impl<T> Directory<T> {
         }
     }
 
-    /// The segment with index `index`, if it is installed and not removed.
+    /// The current table. Valid as long as `&self`: a table is freed only with the directory
+    /// (each keeps the one it replaced), so a lookup needs no pin for it.
     #[inline]
-    pub(crate) fn get<'g>(&self, index: u64, guard: &'g Guard) -> Option<&'g Segment<T>> {
+    fn table(&self) -> &Table<T> {
+        // SAFETY: no table is freed while `&self` lives (above), so the guard protects nothing.
+        let guard = unsafe { crate::sync::unprotected() };
         // Acquire: see the module's Orderings.
         let table = self.table.load(Ordering::Acquire, guard);
-        // SAFETY: the table is never null and is freed only with the directory.
-        let table = unsafe { table.deref() };
+        // SAFETY: never null, and valid while `&self` is (above).
+        unsafe { table.deref() }
+    }
+
+    /// The segment with index `index`, if its entry holds it.
+    ///
+    /// # Safety
+    /// A segment found stays alive for `'a`: the caller is pinned for `'a` (a removed segment's
+    /// directory reference is released only through the epoch), or no segment of this directory
+    /// is removed during `'a`.
+    #[inline]
+    unsafe fn find<'a>(&self, index: u64) -> Option<&'a Segment<T>> {
         // Acquire: pairs with the Release store in `install`.
-        let ptr = table.entry(index).load(Ordering::Acquire);
+        let ptr = self.table().entry(index).load(Ordering::Acquire);
         if ptr.is_null() {
             return None;
         }
-        // SAFETY: a non-null entry is a live segment: its directory reference is released only through
-        // the epoch after removal, and we are pinned.
+        // SAFETY: a non-null entry is a segment the directory holds or held, alive for `'a` by
+        // the caller's contract.
         let seg = unsafe { &*ptr };
         (seg.base() >> self.shift == index).then_some(seg)
+    }
+
+    /// The segment with index `index`, if it is installed and not removed.
+    #[inline]
+    pub(crate) fn get<'g>(&self, index: u64, _pinned: &'g Guard) -> Option<&'g Segment<T>> {
+        // SAFETY: we are pinned for `'g`.
+        unsafe { self.find(index) }
     }
 
     /// [`Directory::get`] without a pin, for a log that never removes a segment while it lives
@@ -101,22 +121,8 @@ impl<T> Directory<T> {
     /// reads, old or current, holds the entry.
     #[inline]
     pub(crate) unsafe fn get_kept(&self, index: u64) -> Option<&Segment<T>> {
-        // SAFETY: a table is freed only with the directory (each keeps the one it replaced), so
-        // any table loaded while `&self` lives is valid; the guard protects nothing here.
-        let guard = unsafe { crate::sync::unprotected() };
-        // Acquire: see the module's Orderings.
-        let table = self.table.load(Ordering::Acquire, guard);
-        // SAFETY: the table is never null and outlives `&self` (above).
-        let table = unsafe { table.deref() };
-        // Acquire: pairs with the Release store in `install`.
-        let ptr = table.entry(index).load(Ordering::Acquire);
-        if ptr.is_null() {
-            return None;
-        }
-        // SAFETY: a non-null entry is a segment the directory holds, and the caller's contract
-        // says none is removed while the reference is used.
-        let seg = unsafe { &*ptr };
-        (seg.base() >> self.shift == index).then_some(seg)
+        // SAFETY: the caller's contract: no segment is removed while the reference is used.
+        unsafe { self.find(index) }
     }
 
     /// Installs `seg` as segment `index`. `oldest` is the index of the oldest live segment.
