@@ -10,9 +10,14 @@
 //!
 //! # Orderings
 //! - `table`: stored with Release after the new table's entries are filled, loaded with Acquire, so a
-//!   reader of the new table sees its entries. A reader of an old table sees the entries stored
-//!   before the swap, which may be stale: [`Directory::get`]'s base check, and the caller's
-//!   reservation, which comes after the install it needs (see [`Directory::get_kept`]), cover it.
+//!   reader of the new table sees its entries. A load may still return the table it replaced: that
+//!   one holds every entry installed before the swap, and a lookup of segment `i` comes after the
+//!   install of `i` it needs (the Acquire load of `installed`, or the publisher's own
+//!   `Log::prepare`), which was after any swap that install needed, so whichever table it loads
+//!   holds `i`. Entries removed after a swap stay set in the table it replaced; a lookup that loads
+//!   that table long after is pinned ([`Directory::get`]: the epoch delays the segment's release
+//!   past its pin, and a pin taken after the release sees the newer table), or its log removes
+//!   nothing ([`Directory::get_kept`]).
 //! - entries: stored with Release when a segment is installed (publishing its `base` and its initial
 //!   reference) and loaded with Acquire by lookups. Removal stores null with Release; the removed
 //!   segment's directory reference is released through the epoch, never at once.
@@ -127,12 +132,9 @@ impl<T> Directory<T> {
 
     /// Installs `seg` as segment `index`. `oldest` is the index of the oldest live segment.
     /// Caller holds the admin lock.
-    pub(crate) fn install(&self, index: u64, oldest: u64, seg: *mut Segment<T>, guard: &Guard) {
+    pub(crate) fn install(&self, index: u64, oldest: u64, seg: *mut Segment<T>) {
         debug_assert!(index >= oldest);
-        // Relaxed: only the admin lock holder stores the table.
-        let mut table_ptr = self.table.load(Ordering::Relaxed, guard);
-        // SAFETY: never null; the admin lock holder is the only one that retires tables.
-        let mut table = unsafe { table_ptr.deref() };
+        let mut table = self.table();
         let live = index - oldest + 1;
         if live > table.entries.len() as u64 {
             let mut cap = table.entries.len();
@@ -146,12 +148,10 @@ impl<T> Directory<T> {
                 bigger.entry(i).store(p, Ordering::Relaxed);
             }
             // The new table owns the old one from here on (see `Table::replaced`).
-            bigger.replaced = table_ptr.as_raw() as *mut Table<T>;
+            bigger.replaced = table as *const Table<T> as *mut Table<T>;
             // Release: publishes the copied entries with the table (see Orderings).
             self.table.store(Owned::new(bigger), Ordering::Release);
-            table_ptr = self.table.load(Ordering::Relaxed, guard);
-            // SAFETY: just stored, non-null.
-            table = unsafe { table_ptr.deref() };
+            table = self.table();
         }
         // Release: publishes the segment's base and reference count (see Orderings).
         table.entry(index).store(seg, Ordering::Release);
@@ -159,13 +159,9 @@ impl<T> Directory<T> {
 
     /// Unlinks segment `index` and returns it (null if absent). Caller holds the admin lock and
     /// must release the directory's reference through the epoch.
-    pub(crate) fn remove(&self, index: u64, guard: &Guard) -> *mut Segment<T> {
-        // Relaxed: only the admin lock holder stores the table.
-        let table = self.table.load(Ordering::Relaxed, guard);
-        // SAFETY: never null; retired only by the admin lock holder (us).
-        let table = unsafe { table.deref() };
+    pub(crate) fn remove(&self, index: u64) -> *mut Segment<T> {
         // Release: the null is ordered after everything we did to the log before trimming.
-        table
+        self.table()
             .entry(index)
             .swap(std::ptr::null_mut(), Ordering::AcqRel)
     }

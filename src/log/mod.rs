@@ -649,7 +649,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         let mut next = self.installed.load(Ordering::Relaxed);
         while next <= index + 1 {
             let seg = Pool::take(&self.pool, next << self.shift);
-            self.dir.install(next, admin.oldest, seg, &guard);
+            self.dir.install(next, admin.oldest, seg);
             next += 1;
             // Release: the directory entry is stored before lookups may ask for it.
             self.installed.store(next, Ordering::Release);
@@ -729,7 +729,7 @@ impl<T: Send + Sync + 'static> Log<T> {
             if !(by_count || by_bytes || by_age) {
                 break;
             }
-            let ptr = self.dir.remove(index, guard);
+            let ptr = self.dir.remove(index);
             debug_assert_eq!(ptr as *const Segment<T>, seg as *const Segment<T>);
             // Relaxed: see `by_bytes`.
             self.total_bytes
@@ -2328,7 +2328,7 @@ impl<T> Drop for Log<T> {
         let installed = self.installed.load(Ordering::Relaxed);
         let guard = self.epoch.pin();
         for index in admin.oldest..installed {
-            let ptr = self.dir.remove(index, &guard);
+            let ptr = self.dir.remove(index);
             if !ptr.is_null() {
                 // SAFETY: the directory's reference; no reader or writer of this log is left
                 // (they hold the log alive), so releasing at once is safe.
