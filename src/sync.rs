@@ -271,6 +271,15 @@ unsafe impl<T: Send> Send for SlotBase<T> {}
 // SAFETY: nothing can be done through `&SlotBase` (writes take `&mut self`).
 unsafe impl<T> Sync for SlotBase<T> {}
 
+// A copy is only the address again: writing through either still takes `write`'s contract.
+impl<T> Clone for SlotBase<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for SlotBase<T> {}
+
 impl<T> SlotBase<T> {
     /// A handle that must not be written through (a writer with no segment yet).
     pub(crate) const fn unset() -> Self {

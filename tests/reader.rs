@@ -383,6 +383,64 @@ fn single_producer_offsets_stay_dense_across_paths_and_producers() {
     );
 }
 
+/// A `Producer` of a one-partition single-producer topic without time stamps keeps its place in
+/// itself, by value, and takes it from its log again after anything else used its writer (see
+/// `Producer::fast`). Every other way of publishing, a refused target, and the close, in between
+/// single publishes, across segments of four: each publish takes the next offset, the reader gets
+/// every record in order, and after the close a publish hands its value back.
+#[test]
+fn a_producer_keeps_its_place_across_every_other_way_of_publishing() {
+    let t = topic(
+        TopicConfig::default()
+            .single_producer()
+            .timestamps(false)
+            .segment_size(4),
+    );
+    let mut r = t.reader(0, Start::Earliest).unwrap();
+    let mut p = t.producer().unwrap();
+    let mut next = 0;
+    let single = |p: &mut logbus::Producer<u64>, next: &mut u64| {
+        for _ in 0..3 {
+            assert_eq!(p.publish(*next).unwrap().offset, *next);
+            *next += 1;
+        }
+    };
+    for round in 0..4 {
+        single(&mut p, &mut next);
+        let slice = [next, next + 1];
+        assert_eq!(p.publish_slice(&slice).unwrap().offsets, next..next + 2);
+        next += 2;
+        single(&mut p, &mut next);
+        assert_eq!(p.publish_to(0, next).unwrap().offset, next);
+        next += 1;
+        assert!(matches!(
+            p.publish_to(1, 999),
+            Err(logbus::PublishToError::Target(
+                Error::NoSuchPartition {
+                    partition: 1,
+                    partitions: 1
+                },
+                999
+            ))
+        ));
+        single(&mut p, &mut next);
+        assert_eq!(p.publish_keyed(&round, next).unwrap().offset, next);
+        next += 1;
+        single(&mut p, &mut next);
+        assert_eq!(
+            p.publish_batch(next..next + 5).unwrap().offsets,
+            next..next + 5
+        );
+        next += 5;
+    }
+    single(&mut p, &mut next);
+    let got: Vec<u64> = (0..next).map(|_| *r.next().unwrap().value()).collect();
+    assert_eq!(got, (0..next).collect::<Vec<_>>());
+    t.close();
+    assert!(matches!(p.publish(next), Err(logbus::PublishError::Closed(v)) if v == next));
+    assert_eq!(r.try_next().unwrap_err(), ReadError::Closed);
+}
+
 /// A single producer keeps a private copy of its next offset only while some reader waits at the
 /// published end between records, and reads the watermark otherwise (see `Writer::next`). Its
 /// readers switch it back and forth as the stream alternates between bursts (long runs: nobody

@@ -1046,9 +1046,12 @@ fn tput<B: Bus>(
     let handles: Vec<_> = txs
         .into_iter()
         .enumerate()
-        .map(|(p, mut tx)| {
+        .map(|(p, tx)| {
             let (barrier, pins) = (barrier.clone(), pins.clone());
             thread::spawn(move || {
+                // A local of the thread, as a sender made on its thread would be, rather than a
+                // field of the closure, which is reached through a pointer.
+                let mut tx = tx;
                 pins.producer(p);
                 barrier.wait();
                 if batch {

@@ -116,7 +116,8 @@ const TO_DROP: u64 = 1 << 26;
 const AFTER_LOOK: u64 = PARKED_MASK | CLOSED | TO_DROP;
 /// `state` bits 31..40: number of readers of a single-producer log that watch its published end
 /// between records (see [`Log::watch`]). While it is zero the writer keeps no copy of its next
-/// offset (see `Writer::next`). A hint: a reader that finds it full is not counted, and tries again
+/// offset (see `Writer::next`; a `Producer` on a [`Path::PlainSingle`] log keeps one always, by
+/// value: [`Kept`]). A hint: a reader that finds it full is not counted, and tries again
 /// later.
 const WATCHING_ONE: u64 = 1 << 31;
 const WATCHING_MASK: u64 = ((1 << 9) - 1) << 31;
@@ -1335,8 +1336,9 @@ impl<T: Send + Sync + 'static> Log<T> {
     }
 
     /// [`Log::publish`] for [`Path::PlainSingle`]: the single producer's short path, else the
-    /// long path. A `Producer` of a one-partition topic calls it directly, without picking a
-    /// partition or reading the path byte (see [`Log::path`]).
+    /// long path. A `Producer` of a one-partition topic called it directly, without picking a
+    /// partition or reading the path byte (see [`Log::path`]), until it kept its place by value
+    /// and took [`Log::publish_kept`] instead (`Topic::publish` on such a log still comes here).
     ///
     /// Its own function rather than `publish_short` with the path as a constant, which did the
     /// same work but where the compiler loaded the overflow policy (for the long path's call)
@@ -1418,7 +1420,7 @@ impl<T: Send + Sync + 'static> Log<T> {
             // nothing but the log's `room_end` and `state` and the writer's own words. On the
             // Xeon this loop is what bounds 1→1 (the reader waits for it half the time), and it
             // ran ~33 instructions a publish. Through `w.slots`, with the producer's first
-            // partition kept in the producer (`Producer::first`), it runs 25 (22 since
+            // partition kept in the producer (`Producer::first` then), it runs 25 (22 since
             // `Producer` tests one flag for this path); publishing alone 830 → 1075 M/s, and the
             // harness's ring-like 1→1 ×1.28 (4 alternating pairs, 1.21–1.37). It costs the 2
             // µs-paced 1→1 p50 about as much as it gives 1→1 (×1.06 each, the handle alone
@@ -1461,6 +1463,71 @@ impl<T: Send + Sync + 'static> Log<T> {
         Err(value)
     }
 
+    /// The single producer's short path for a writer kept by value in a [`Producer`]
+    /// ([`Kept`], see there for why): writes `value` at `h.next` and publishes it when that
+    /// offset is inside the writer's segment and below the room last seen, then looks at `state`
+    /// (waking parked readers, settling a close, dropping retired values: all cold); else hands
+    /// `value` back for [`Log::publish_long`], which the caller runs on the writer itself before
+    /// taking the state again.
+    ///
+    /// Unlike [`Log::publish_single_short`] it never loads the watermark: its next offset is
+    /// `h.next`, which the producer's caller may keep in a register from one publish to the next.
+    /// Then the loop of a caller publishing alone is 11 instructions a record, with no load that
+    /// waits for the last record's stores; the old path's loop reloaded its next offset from
+    /// the watermark it had just stored, a store-to-load chain from record to record (see
+    /// `Producer::fast`). Alternating harness binaries on the 2-vCPU AMD EPYC guest, ring-like
+    /// topic (the harness keeps its sender in a local of the producing thread): tput 1→1
+    /// ×1.55 (4 rounds, 1.30–1.77), 1→2 ×1.73 (3 rounds, 1.52–2.21); the 2 µs-paced 1→1 p50
+    /// ×0.87 (4 rounds; lower is better). A producer the compiler must keep in memory (its
+    /// address taken, as a struct's field is) stores `h.next` as a third store: publishing alone
+    /// alike, 1→1 ×1.21 (4 rounds of 3, 0.91–1.35), as it no longer loads the watermark line its
+    /// reader polls.
+    ///
+    /// [`Producer`]: crate::Producer
+    #[inline(always)]
+    pub(crate) fn publish_kept(&self, h: &mut Kept<T>, value: T) -> Result<u64, T> {
+        let offset = h.next;
+        // `room_cached` is also the close check, as in `publish_single_short`.
+        if offset < h.limit && self.room_cached(offset) {
+            // SAFETY: `offset` is below `limit`, the end of the writer's segment, and not below
+            // its base (the writer took that segment for an offset at or before `offset` and only
+            // moves forward), so it is one of the cells `h.slots` was made from, alive while the
+            // writer holds its counted reference (`take_kept` leaves it with the writer, which
+            // the producer holds); we are the single writer (`limit` is only non-zero for it) and
+            // `offset` is not published yet (the watermark is `offset`).
+            unsafe { h.slots.write(offset, value) };
+            // Release: publishes the slot (I2). Right behind the value's store (see
+            // `publish_single_short` for why no other store may come between them).
+            self.watermark.store(offset + 1, Ordering::Release);
+            let s = self.look_after_publish(true);
+            // After the look: in memory (a producer the compiler could not keep in registers)
+            // this is a third store, which must not come between the value and the watermark.
+            h.next = offset + 1;
+            if unlikely(s & AFTER_LOOK != 0) {
+                self.after_publish_slow(s);
+            }
+            return Ok(offset);
+        }
+        Err(value)
+    }
+
+    /// The single writer's short-path state, to be kept by value in a [`Producer`] (see
+    /// [`Kept`]). `w` keeps its segment and marks its copy of the next offset [`STALE`]: the
+    /// watermark, which every publish from the kept state stores, says it. So `w` can still be
+    /// used directly (the long path, batches, release) with nothing handed back: the kept
+    /// state's limit and slots change only when `w` does, after which it is taken again.
+    ///
+    /// [`Producer`]: crate::Producer
+    pub(crate) fn take_kept(&self, w: &mut Writer<T>) -> Kept<T> {
+        let next = if self.single { self.writer_next(w) } else { 0 };
+        w.next = STALE;
+        Kept {
+            next,
+            limit: w.limit,
+            slots: w.slots,
+        }
+    }
+
     /// The single writer publishes every offset below `end` (written already), on its long and
     /// batch paths: the watermark, and its copy after it. (The short path stores the watermark
     /// itself and its copy, if it keeps one, in [`Log::published_single`].)
@@ -1478,7 +1545,7 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// The long path under the log's own policy, out of line, so that the short paths' callers
     /// do not load the policy for it on every publish.
     #[inline(never)]
-    fn publish_long(
+    pub(crate) fn publish_long(
         &self,
         w: &mut Writer<T>,
         value: T,
@@ -2410,6 +2477,11 @@ pub(crate) struct Writer<T> {
     /// everything else in it waited for. Stored after the watermark, never between the record and
     /// the watermark (see [`Log::publish_single_short`]).
     ///
+    /// A `Producer` on a [`Path::PlainSingle`] log publishes from a copy of its own, by value,
+    /// which it always keeps ([`Kept`], see [`Log::publish_kept`]), and leaves this one
+    /// [`STALE`] meanwhile. What follows is for the writers that publish through here: the
+    /// stamped single producer's, and those claimed for one call (`Topic::publish`).
+    ///
     /// But only while some reader watches (`state`'s watching count, see [`Log::watch`]): the
     /// copy's store is a publish's third, and on the Xeon VM of stops 28–31 a core commits one
     /// store a cycle unless the next is to the same line, so in a saturated stream the copy cost
@@ -2451,6 +2523,40 @@ pub(crate) struct Writer<T> {
     /// sixth of its loop on the Xeon, where the single producer's loop bounds 1→1 (see
     /// [`Log::publish_single_short`]).
     slots: SlotBase<T>,
+}
+
+/// A single writer's short-path state, by value (see [`Log::take_kept`]): what
+/// [`Log::publish_kept`] reads and writes, so that a [`Producer`] can hold it in its own memory,
+/// which the compiler may keep in registers across the caller's loop, rather than behind a
+/// pointer that every publish reloads.
+///
+/// [`Producer`]: crate::Producer
+pub(crate) struct Kept<T> {
+    /// The next offset to publish (equal to the watermark while kept).
+    next: u64,
+    /// As [`Writer`]'s `limit`.
+    limit: u64,
+    /// As [`Writer`]'s `slots`.
+    slots: SlotBase<T>,
+}
+
+impl<T> Clone for Kept<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Kept<T> {}
+
+impl<T> Kept<T> {
+    /// A state that takes no short path (every publish hands its value back).
+    pub(crate) const fn none() -> Self {
+        Kept {
+            next: 0,
+            limit: 0,
+            slots: SlotBase::unset(),
+        }
+    }
 }
 
 /// A writer claimed for one call ([`Log::claim`]), released when dropped: on unwinding too, as a
