@@ -616,8 +616,13 @@ impl<T: Send + Sync + 'static> Producer<T> {
 
     /// Runs `f` on `inner` (out of line, handed only `inner`'s address: see `Producer::fast`),
     /// then takes partition 0's kept state again, as `f` may have moved its writer on.
+    ///
+    /// Until then the kept state takes no short path: `f` may publish and then unwind (a value's
+    /// `Drop` that panics as the log drops retired values), and a caller that catches the panic
+    /// and publishes again must not publish from the place `f` left behind.
     #[inline(always)]
     fn on_inner<R>(&mut self, f: impl FnOnce(&mut Inner<T>) -> R) -> R {
+        self.fast.kept = Kept::none();
         let r = f(&mut self.inner);
         if self.fast.plain_single {
             self.fast.kept = self.inner.take_first_kept();
@@ -640,7 +645,11 @@ impl<T: Send + Sync + 'static> Producer<T> {
             let (log, w) = &mut *self.inner.first;
             log.publish_plain_multi(w, value, None)
         } else {
-            return self.on_inner(|inner| inner.publish_round_robin(value));
+            // Not `on_inner`: no kept state to take again off this path (`plain_single` is not
+            // set), and the stamped logs' publish is out of line already (`Log::publish_stamped`).
+            let inner = &mut *self.inner;
+            let p = inner.pick();
+            return inner.publish_at(p, None, value);
         };
         published.map(|offset| Published {
             partition: 0,
@@ -747,12 +756,6 @@ impl<T: Send + Sync + 'static> Inner<T> {
     fn publish_first_long(&mut self, value: T) -> Result<u64, PublishError<T>> {
         let (log, w) = &mut *self.first;
         log.publish_long(w, value, None)
-    }
-
-    #[inline(never)]
-    fn publish_round_robin(&mut self, value: T) -> Result<Published, PublishError<T>> {
-        let p = self.pick();
-        self.publish_at(p, None, value)
     }
 
     #[inline(never)]
