@@ -1477,7 +1477,7 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// the watermark it had just stored, a store-to-load chain from record to record (see
     /// `Producer::fast`). Alternating harness binaries on the 2-vCPU AMD EPYC guest, ring-like
     /// topic (the harness keeps its sender in a local of the producing thread): tput 1→1
-    /// ×1.55 (4 rounds, 1.30–1.77), 1→2 ×1.73 (3 rounds, 1.52–2.21); the 2 µs-paced 1→1 p50
+    /// ×1.58 (4 rounds, 1.30–1.77), 1→2 ×1.73 (3 rounds, 1.52–2.21); the 2 µs-paced 1→1 p50
     /// ×0.87 (4 rounds; lower is better). A producer the compiler must keep in memory (its
     /// address taken, as a struct's field is) stores `h.next` as a third store: publishing alone
     /// alike, 1→1 ×1.21 (4 rounds of 3, 0.91–1.35), as it no longer loads the watermark line its
