@@ -165,26 +165,12 @@ fn a_panicking_drop_reaches_the_publisher_and_breaks_nothing() {
             config.max_records(2)
         };
         let t = Topic::<Bomb>::new("bombs", config).unwrap();
-        // At least 2,000 records, and on until the armed value was dropped: its segment comes back
-        // through the epoch, which the other test's threads may hold back a while.
-        let (least, most) = (if small() { 200 } else { 2_000u64 }, 200_000u64);
-        let drops = Arc::new(Mutex::new(vec![0u32; most as usize]));
-        let mut panics = 0;
-        let mut total = 0;
-        while total < least || (lock(&drops)[ARMED as usize] == 0 && total < most) {
-            let id = total;
-            total += 1;
-            let value = Bomb {
-                id,
-                drops: drops.clone(),
-            };
-            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.publish(value))) {
-                Ok(result) => {
-                    result.unwrap_or_else(|e| panic!("{producers:?} bytes {by_bytes}: {e:?}"));
-                }
-                Err(_) => panics += 1,
-            }
-        }
+        let (total, panics, drops) = publish_bombs(
+            |_, value| t.publish(value),
+            |_, result| {
+                result.unwrap_or_else(|e| panic!("{producers:?} bytes {by_bytes}: {e:?}"));
+            },
+        );
         assert_eq!(panics, 1, "{producers:?} bytes {by_bytes}");
         drop(t);
         // Dropping the topic waits (boundedly) for its trimmed segments; give the epoch longer.
@@ -252,20 +238,10 @@ fn a_panicking_drop_leaves_a_producer_in_place() {
             })
         });
         let mut p = t.producer().unwrap();
-        let (least, most) = (if small() { 200 } else { 2_000u64 }, 200_000u64);
-        let drops = Arc::new(Mutex::new(vec![0u32; most as usize]));
-        let mut panics = 0;
-        let mut total = 0;
-        while total < least || (lock(&drops)[ARMED as usize] == 0 && total < most) {
-            let id = total;
-            total += 1;
-            let value = Bomb {
-                id,
-                drops: drops.clone(),
-            };
-            // Single records and batches of one in turn: a batch goes through the producer's
-            // other calls into the log, after which it takes its place again.
-            let publish = || {
+        // Single records and batches of one in turn: a batch goes through the producer's other
+        // calls into the log, after which it takes its place again.
+        let (total, panics, _) = publish_bombs(
+            |id, value| {
                 if id % 2 == 0 {
                     p.publish(value)
                         .map(|p| p.offset)
@@ -274,15 +250,12 @@ fn a_panicking_drop_leaves_a_producer_in_place() {
                     let batch = p.publish_batch([value]);
                     batch.map(|b| b.offsets.start).map_err(|e| format!("{e:?}"))
                 }
-            };
-            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(publish)) {
-                Ok(result) => {
-                    let offset = result.unwrap_or_else(|e| panic!("{case}: {e}"));
-                    assert_eq!(offset, id, "{case}");
-                }
-                Err(_) => panics += 1,
-            }
-        }
+            },
+            |id, result| {
+                let offset = result.unwrap_or_else(|e| panic!("{case}: {e}"));
+                assert_eq!(offset, id, "{case}");
+            },
+        );
         assert_eq!(panics, 1, "{case}");
         assert_eq!(t.stats().partitions[0].end, total, "{case}");
         drop(p);
@@ -298,6 +271,34 @@ fn a_panicking_drop_leaves_a_producer_in_place() {
             assert_eq!(reader.join().unwrap(), total + 1, "{case}");
         }
     }
+}
+
+/// Publishes `Bomb`s with ids 0, 1, … through `publish`, catching the armed one's panic: at least
+/// 2,000 (200 under memcheck), and on until the armed value was dropped (its segment comes back
+/// through the epoch, which other tests' threads may hold back a while). `check` gets each publish
+/// that returned, with its id, outside the catch. Returns how many were published, how many
+/// publishes panicked, and each id's drop count.
+fn publish_bombs<R>(
+    mut publish: impl FnMut(u64, Bomb) -> R,
+    mut check: impl FnMut(u64, R),
+) -> (u64, u32, Arc<Mutex<Vec<u32>>>) {
+    let (least, most) = (if small() { 200 } else { 2_000u64 }, 200_000u64);
+    let drops = Arc::new(Mutex::new(vec![0u32; most as usize]));
+    let mut panics = 0;
+    let mut total = 0;
+    while total < least || (lock(&drops)[ARMED as usize] == 0 && total < most) {
+        let id = total;
+        total += 1;
+        let value = Bomb {
+            id,
+            drops: drops.clone(),
+        };
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| publish(id, value))) {
+            Ok(result) => check(id, result),
+            Err(_) => panics += 1,
+        }
+    }
+    (total, panics, drops)
 }
 
 /// A test's lock, whether or not another test's thread panicked holding it: a value dropped late
