@@ -10,19 +10,20 @@
 //!   each publish it looks at a word where readers would say they sleep, behind a compiler fence,
 //!   as any ring whose readers can park must (logbus's publish does the same). That fence, and the
 //!   slot write through a pointer the compiler cannot tell from the sender's own fields, make it
-//!   store and reload its position and the ring's shape every record, wherever the sender's
-//!   address is known outside the loop (a field of the thread's closure, as the harness's senders
-//!   were until stop 43, or any sender whose address some call is handed). `run in one loop`
-//!   publishes a whole run inside one call, with the same fence and look, its position and the
-//!   ring's shape in registers. Since stop 43 the harness moves each sender into a local of its
-//!   thread, where the compiler can keep a call-per-record loop's state in registers too, if
-//!   nothing but inlined code sees the sender's address. Logbus's `Producer` on a ring-like topic
-//!   is built for that (its `fast` in `src/topic.rs`); this ring's sender is not (the harness's
-//!   default `send_batch`, out of line, takes its address), so its one-call rows stay what a
-//!   call-per-record producer kept in memory runs (stop 43's run: 398 M/s, against 416 in stop
-//!   42's). `run in one loop, storing its position` is the one-loop ring with one store added per
-//!   record, of its position to the sender, after the published end: the one measure of what that
-//!   store costs.
+//!   store and reload its position and the ring's shape every record, wherever the sender's address
+//!   is known outside the loop (a field of the thread's closure, as the harness's senders were
+//!   until stop 43, or any sender whose address some call is handed). `run in one loop` publishes a
+//!   whole run inside one call, with the same fence and look, its position and the ring's shape in
+//!   registers. Since stop 43 the throughput runs move each sender into a local of its thread,
+//!   where the compiler can keep a call-per-record loop's state in registers too, if nothing but
+//!   inlined code sees the sender's address. Logbus's `Producer` on a ring-like topic is built for
+//!   that (its `fast` in `src/topic.rs`). This ring's sender got only part of it: in its one-call
+//!   loop the position stays in a register, but is still stored to the sender every record, and the
+//!   ring's address, shape and room are reloaded from memory every record (the machine code of stop
+//!   43's harness), so its one-call rows still run about what a call-per-record producer kept in
+//!   memory runs (stop 43's run: 398 M/s, against 416 in stop 42's). `run in one loop, storing its
+//!   position` is the one-loop ring with one store added per record, of its position to the sender,
+//!   after the published end: the one measure of what that store costs.
 //! - **What the reader does once it has caught up.** `spinning` looks again at once (after a spin
 //!   hint); `pausing` yields for 32 ns per record of the run it just took, up to 16 µs, as
 //!   logbus's readers do (`wait.rs`), so that readers sharing a core take turns. Either reads a

@@ -1473,12 +1473,12 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// Unlike [`Log::publish_single_short`] it never loads the watermark: its next offset is
     /// `h.next`, which the producer's caller may keep in a register from one publish to the next.
     /// Then the loop of a caller publishing alone is 11 instructions a record, with no load that
-    /// waits for the last record's stores; the old path's loop reloaded its next offset from
-    /// the watermark it had just stored, a store-to-load chain from record to record (see
+    /// waits for the last record's stores; the old path's loop reloaded its next offset from the
+    /// watermark it had just stored, a store-to-load chain from record to record (see
     /// `Producer::fast`). Alternating harness binaries on the 2-vCPU AMD EPYC guest, ring-like
-    /// topic (the harness keeps its sender in a local of the producing thread): tput 1→1
-    /// ×1.58 (4 rounds, 1.30–1.77), 1→2 ×1.73 (3 rounds, 1.52–2.21); the 2 µs-paced 1→1 p50
-    /// ×0.87 (4 rounds; lower is better). A producer the compiler must keep in memory (its
+    /// topic (the harness's throughput runs keep their sender in a local of the producing thread):
+    /// tput 1→1 ×1.58 (4 rounds, 1.30–1.77), 1→2 ×1.73 (3 rounds, 1.52–2.21); the 2 µs-paced 1→1
+    /// p50 ×0.87 (4 rounds; lower is better). A producer the compiler must keep in memory (its
     /// address taken, as a struct's field is) stores `h.next` as a third store: publishing alone
     /// alike, 1→1 ×1.21 (4 rounds of 3, 0.91–1.35), as it no longer loads the watermark line its
     /// reader polls.
