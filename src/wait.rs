@@ -24,7 +24,9 @@
 //! next offset and reads it from the watermark instead, one store a publish fewer: a saturated
 //! stream's readers look once a run, so that line is usually still in the producer's cache; a
 //! paced stream's readers poll it between records, and the copy spares the producer a miss on it
-//! (see `Writer::next` in `log`).
+//! (see `Writer::next` in `log`). A `Producer` on a single-producer topic without timestamps
+//! keeps its own copy always, by value, and never loads the watermark (`Log::publish_kept`); the
+//! count still serves the other single writers (the stamped topics' producers, `Topic::publish`).
 //!
 //! A consumer reading several partitions waits on all of them at once: its readers share one waker,
 //! and the parking step announces it in every partition's log before sleeping.
