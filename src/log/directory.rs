@@ -77,16 +77,21 @@ impl<T> Directory<T> {
         }
     }
 
-    /// The current table. Valid as long as `&self`: a table is freed only with the directory
-    /// (each keeps the one it replaced), so a lookup needs no pin for it.
+    /// The current table, as the directory holds it. Valid as long as `&self`: a table is freed
+    /// only with the directory (each keeps the one it replaced), so a lookup needs no pin for it.
     #[inline]
-    fn table(&self) -> &Table<T> {
+    fn current(&self) -> Shared<'_, Table<T>> {
         // SAFETY: no table is freed while `&self` lives (above), so the guard protects nothing.
         let guard = unsafe { crate::sync::unprotected() };
         // Acquire: see the module's Orderings.
-        let table = self.table.load(Ordering::Acquire, guard);
-        // SAFETY: never null, and valid while `&self` is (above).
-        unsafe { table.deref() }
+        self.table.load(Ordering::Acquire, guard)
+    }
+
+    /// [`Directory::current`], to read.
+    #[inline]
+    fn table(&self) -> &Table<T> {
+        // SAFETY: never null, and valid while `&self` is (see `current`).
+        unsafe { self.current().deref() }
     }
 
     /// The segment with index `index`, if its entry holds it.
@@ -147,8 +152,10 @@ impl<T> Directory<T> {
                 let p = table.entry(i).load(Ordering::Relaxed);
                 bigger.entry(i).store(p, Ordering::Relaxed);
             }
-            // The new table owns the old one from here on (see `Table::replaced`).
-            bigger.replaced = table as *const Table<T> as *mut Table<T>;
+            // The new table owns the old one from here on (see `Table::replaced`), through the
+            // pointer the directory held, which `Table::drop` frees it by (not one made from the
+            // shared reference `table`, which grants no right to free).
+            bigger.replaced = self.current().as_raw() as *mut Table<T>;
             // Release: publishes the copied entries with the table (see Orderings).
             self.table.store(Owned::new(bigger), Ordering::Release);
             table = self.table();

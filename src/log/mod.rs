@@ -1499,6 +1499,8 @@ impl<T: Send + Sync + 'static> Log<T> {
             // Release: publishes the slot (I2). Right behind the value's store (see
             // `publish_single_short` for why no other store may come between them).
             self.watermark.store(offset + 1, Ordering::Release);
+            // The free light barrier: kept state comes only from `Path::PlainSingle` logs, which
+            // have one (`take_kept`).
             let s = self.look_after_publish(true);
             // After the look: in memory (a producer the compiler could not keep in registers)
             // this is a third store, which must not come between the value and the watermark.
@@ -1517,9 +1519,13 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// used directly (the long path, batches, release) with nothing handed back: the kept
     /// state's limit and slots change only when `w` does, after which it is taken again.
     ///
+    /// Only for a [`Path::PlainSingle`] log's writer: [`Log::publish_kept`] takes that path's
+    /// free light barrier for granted.
+    ///
     /// [`Producer`]: crate::Producer
     pub(crate) fn take_kept(&self, w: &mut Writer<T>) -> Kept<T> {
-        let next = if self.single { self.writer_next(w) } else { 0 };
+        debug_assert!(self.path == Path::PlainSingle);
+        let next = self.writer_next(w);
         w.next = STALE;
         Kept {
             next,
