@@ -550,7 +550,9 @@ struct Fast<T> {
     plain_single: bool,
     /// One partition, whose log takes [`Path::PlainMulti`]: `publish` goes straight to it.
     plain_multi: bool,
-    /// Partition 0's log: `inner.first`'s, which keeps it alive as long as the producer.
+    /// Partition 0's log: `inner.first`'s, which keeps it alive as long as the producer. Kept
+    /// here too, so that the publish loop holds it with `kept` rather than reaching it through
+    /// `inner` (two dependent loads a publish wherever the compiler reloads them).
     log: NonNull<Log<T>>,
     /// With `plain_single`, partition 0's writer's short-path state ([`Log::take_kept`]), taken
     /// again after anything else used that writer; unused otherwise.
