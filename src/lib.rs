@@ -222,3 +222,15 @@ pub use subscription::{
     SubscriptionStats,
 };
 pub use topic::{Producer, PublishToError, Published, PublishedBatch, Topic};
+
+/// Loom only (`--cfg loom`, see `loom-tests/`): whether the topics made from now on, on this
+/// thread, take the publish paths of a process whose light barrier is free (Linux's membarrier,
+/// which every Linux process has in practice: the single producer's kept place, the short paths
+/// without a runtime test) rather than those of a process without it. Both are modelled with
+/// `fence(SeqCst)` on both sides of the park/wake handshake, which is what membarrier makes of
+/// the light side's compiler fence.
+#[cfg(loom)]
+#[doc(hidden)]
+pub fn loom_free_light_barrier(free: bool) {
+    sync::loom_free_light_barrier(free);
+}

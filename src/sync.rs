@@ -24,7 +24,8 @@
 //! execute a full barrier before it returns; so for each publisher either its stamp store is visible to
 //! the parking reader's re-check, or its later load of the parked count observes the reader's increment.
 //! That lets the light side be a compiler fence only. When membarrier is unavailable both sides fall back
-//! to `fence(SeqCst)`; under loom both sides are `fence(SeqCst)`, which is what loom can model.
+//! to `fence(SeqCst)`; under loom both sides are `fence(SeqCst)`, which is what loom can model, and a
+//! model picks which publish paths its logs take ([`loom_free_light_barrier`]).
 //! [`WaitersByCpu`]'s counts publish nothing and are `Relaxed` (see there).
 
 #[cfg(not(loom))]
@@ -146,6 +147,32 @@ pub(crate) fn prefetch_write<T>(p: *const T) {
     };
     #[cfg(any(loom, not(target_arch = "x86_64")))]
     let _ = p;
+}
+
+/// The value of an atomic whose every store is ordered before this load: one only the calling
+/// thread stores to (a single writer reading its own latest store), or one only stored under a
+/// lock the caller holds. A `Relaxed` load, which coherence makes exact.
+///
+/// Under loom it is `unsync_load`, which is not a scheduling event and panics if any store to the
+/// atomic is not ordered before it, so a model also checks that claim. A plain load would hide
+/// races from loom's scheduler: it checks a store only against the last access to the atomic
+/// before it, and when that is the writer's own load, an earlier load by another thread is never
+/// tried after the store (tokio-rs/loom#166, #392). On a single-producer log, which reads its
+/// watermark before storing it, the models then never let a reader look between two publishes
+/// of the same producer.
+#[inline(always)]
+pub(crate) fn own_value(atomic: &AtomicU64) -> u64 {
+    #[cfg(not(loom))]
+    {
+        // Relaxed: see above.
+        atomic.load(Ordering::Relaxed)
+    }
+    #[cfg(loom)]
+    // SAFETY: loom's `unsync_load` touches no real memory unsafely; what it asks of the caller (no
+    // concurrent store) is what loom checks, and a breach fails the model.
+    unsafe {
+        atomic.unsync_load()
+    }
 }
 
 /// A hint inside a busy-wait loop. Under loom it yields, so that the model can make progress.
@@ -609,13 +636,21 @@ pub(crate) fn light_barrier() {
 /// Whether [`light_barrier`] costs nothing at run time in this process (the heavy side issues a
 /// membarrier; the light side only stops the compiler). Settled by [`init_barriers`], after which
 /// it never changes, so a log may keep the answer and spare its hottest path the global's load.
+///
+/// Under loom it is whatever the model chose with [`loom_free_light_barrier`] (`false` unless
+/// it did): the logs it then makes take the short paths of a process with membarrier, which is
+/// every Linux process in practice, while both sides of the barrier stay `fence(SeqCst)`.
 #[inline]
 pub(crate) fn light_barrier_is_free() -> bool {
     #[cfg(all(not(loom), target_os = "linux"))]
     {
         membarrier::available()
     }
-    #[cfg(not(all(not(loom), target_os = "linux")))]
+    #[cfg(loom)]
+    {
+        LOOM_FREE_BARRIER.with(std::cell::Cell::get)
+    }
+    #[cfg(not(any(loom, target_os = "linux")))]
     {
         false
     }
@@ -624,12 +659,31 @@ pub(crate) fn light_barrier_is_free() -> bool {
 /// [`light_barrier`], given what [`light_barrier_is_free`] answered after [`init_barriers`].
 #[inline(always)]
 pub(crate) fn light_barrier_as(free: bool) {
-    if free {
+    // Under loom the free barrier is modelled as what membarrier makes of it: a full fence at
+    // this point of the publisher's program, paired with the heavy side's (also `fence(SeqCst)`
+    // there). The compiler fence alone would be a plain program point to loom, which would
+    // then report the store buffering membarrier rules out.
+    if free && cfg!(not(loom)) {
         // The heavy side's membarrier supplies the hardware barrier; we only stop the compiler.
         std::sync::atomic::compiler_fence(Ordering::SeqCst);
     } else {
         fence(Ordering::SeqCst);
     }
+}
+
+// Per OS thread: loom runs every modelled thread of a model on the thread that called it, and
+// the test harness runs each test on its own thread, so concurrent tests do not see each other's.
+#[cfg(loom)]
+std::thread_local! {
+    static LOOM_FREE_BARRIER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Loom only: whether the logs made from now on, on this OS thread, take the short paths of a
+/// process whose light barrier is free (see [`light_barrier_is_free`]). Without it a model
+/// reaches only [`Path::Other`](crate::log::Path), the paths of a process without membarrier.
+#[cfg(loom)]
+pub(crate) fn loom_free_light_barrier(free: bool) {
+    LOOM_FREE_BARRIER.with(|f| f.set(free));
 }
 
 /// The rare side of the park/wake handshake: sits between "announce I park" and "re-check".

@@ -7,7 +7,9 @@
 //!
 //! Under `cfg(loom)` logbus swaps every atomic, mutex, cell and the futex for loom's models, and each
 //! log owns its own epoch `Collector`, so every iteration starts clean. Each model names the
-//! invariant of DESIGN.md it checks.
+//! invariant of DESIGN.md it checks. A model runs in a process without membarrier unless it says
+//! otherwise ([`Paths`]): the paths a Linux process takes differ from those only where a
+//! single producer keeps its place by value.
 
 #![cfg(loom)]
 
@@ -22,19 +24,47 @@ use logbus::{
 };
 use loom::{sync::Arc, thread};
 
-/// Runs a model with room for the epoch collector's many atomic steps, and says how many
-/// interleavings it explored (visible with `--nocapture`).
+/// Which publish paths a model's topics take (`logbus::loom_free_light_barrier`).
+#[derive(Clone, Copy, Debug)]
+enum Paths {
+    /// A process without membarrier: every publish tests the kind of log itself (`Path::Other`).
+    /// The many-producer short paths are one generic function whichever the process (the kind
+    /// of log a constant or tested), and so is the single producer's, given a writer; so the
+    /// models run here unless they need the one path only the other kind has.
+    Fences,
+    /// A Linux process, whose membarrier makes the light barrier free. What only it has: a
+    /// `Producer` of a single-producer topic without timestamps keeps its place by value
+    /// (`Log::publish_kept`). Both sides of the park/wake handshake stay `fence(SeqCst)` under
+    /// loom, which is what membarrier makes of the light side's compiler fence.
+    Membarrier,
+}
+
+/// [`model_on`] in a process without membarrier.
 fn model(f: impl Fn() + Sync + Send + 'static) {
+    model_on(Paths::Fences, f);
+}
+
+/// Runs a model in the kind of process `paths` says, with room for the epoch collector's many
+/// atomic steps, and says how many interleavings it explored and how long it took (visible with
+/// `--nocapture`).
+fn model_on(paths: Paths, f: impl Fn() + Sync + Send + 'static) {
     let mut builder = loom::model::Builder::new();
     builder.max_branches = 100_000;
     let runs = std::sync::Arc::new(AtomicUsize::new(0));
     let counter = std::sync::Arc::clone(&runs);
+    let started = std::time::Instant::now();
     builder.check(move || {
         counter.fetch_add(1, SeqCst);
+        // Loom runs every modelled thread on this OS thread, whose flag this sets.
+        logbus::loom_free_light_barrier(matches!(paths, Paths::Membarrier));
         f()
     });
     let name = std::thread::current().name().unwrap_or("model").to_owned();
-    eprintln!("loom: {name}: {} interleavings", runs.load(SeqCst));
+    eprintln!(
+        "loom: {name} ({paths:?}): {} interleavings in {:.1?}",
+        runs.load(SeqCst),
+        started.elapsed()
+    );
 }
 
 /// Readers park as soon as nothing is ready: the smallest state space, and the park path always
@@ -107,18 +137,31 @@ fn park_wake_race_multi_producer() {
 /// I5 on the single-producer path (watermark instead of stamps).
 #[test]
 fn park_wake_race_single_producer() {
-    model(|| {
-        let topic = Topic::<u64>::new("m", config().producers(Producers::Single)).unwrap();
-        let mut reader = topic.reader(0, Start::Earliest).unwrap();
-        let mut producer = topic.producer().unwrap();
-        let publisher = thread::spawn(move || {
-            producer.publish(7).unwrap();
-            producer.publish(8).unwrap();
-        });
-        assert_eq!(*reader.next().unwrap(), 7);
-        assert_eq!(*reader.next().unwrap(), 8);
-        publisher.join().unwrap();
+    model(|| single_producer_park_wake(config()));
+}
+
+/// I5 on a single producer's place kept by value (a topic without timestamps in a process with
+/// membarrier: `Log::publish_kept`): the watermark's store, the look at `state` behind the free
+/// light barrier, and the wake-up. Without membarrier the same topic takes `Path::Other`.
+#[test]
+fn park_wake_race_kept_place() {
+    model_on(Paths::Membarrier, || {
+        single_producer_park_wake(config().timestamps(false))
     });
+}
+
+/// A single producer publishes two records while a reader parks for each.
+fn single_producer_park_wake(config: TopicConfig<u64>) {
+    let topic = Topic::<u64>::new("m", config.producers(Producers::Single)).unwrap();
+    let mut reader = topic.reader(0, Start::Earliest).unwrap();
+    let mut producer = topic.producer().unwrap();
+    let publisher = thread::spawn(move || {
+        producer.publish(7).unwrap();
+        producer.publish(8).unwrap();
+    });
+    assert_eq!(*reader.next().unwrap(), 7);
+    assert_eq!(*reader.next().unwrap(), 8);
+    publisher.join().unwrap();
 }
 
 /// I1 on the single-producer path: the producer role passes between threads (each convenience
@@ -286,33 +329,50 @@ impl Drop for Counted {
 /// freed memory (loom checks every access), every value is dropped exactly once.
 #[test]
 fn trim_and_reclaim_while_reading() {
-    model(|| {
-        let drops = Arc::new(AtomicUsize::new(0));
-        let topic = Topic::<Counted>::new("m", config().max_records(1)).unwrap();
-        let mut reader = topic.reader(0, Start::Earliest).unwrap();
-        let mut producer = topic.producer().unwrap();
-        let d = drops.clone();
-        let publisher = thread::spawn(move || {
-            // The third record starts segment 1 and installs segment 2, which trims segment 0.
-            for _ in 0..3 {
-                producer.publish(Counted(d.clone())).unwrap();
-            }
-        });
-        // Read whatever is there; lag is allowed, reading freed memory is not (loom reports it).
-        for _ in 0..2 {
-            match reader.try_next() {
-                Ok(r) => {
-                    let _ = r.0.load(SeqCst);
-                }
-                Err(ReadError::Empty | ReadError::Lagged(_)) => {}
-                Err(e) => panic!("{e}"),
-            }
-        }
-        publisher.join().unwrap();
-        drop(reader);
-        drop(topic);
-        assert_eq!(drops.load(SeqCst), 3);
+    model(|| trim_while_reading(config()));
+}
+
+/// I1, I2, I4 on a single producer's place kept by value: it moves into each new segment (the
+/// long path, after which the `Producer` takes it again) while retention trims the segments
+/// behind it and a reader reads them. The kept slot handle never writes a segment the writer no
+/// longer holds, nor the reader reads a freed one (loom checks every access), and every value is
+/// dropped exactly once.
+#[test]
+fn kept_place_moves_on_while_its_segments_are_trimmed() {
+    model_on(Paths::Membarrier, || {
+        trim_while_reading(config().timestamps(false).producers(Producers::Single))
     });
+}
+
+/// A producer on another thread publishes three records into segments of two under a retention
+/// of one record, the first before it starts, while a reader reads twice, whatever is there.
+fn trim_while_reading(config: TopicConfig<Counted>) {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let topic = Topic::<Counted>::new("m", config.max_records(1)).unwrap();
+    let mut reader = topic.reader(0, Start::Earliest).unwrap();
+    let mut producer = topic.producer().unwrap();
+    producer.publish(Counted(drops.clone())).unwrap();
+    let d = drops.clone();
+    let publisher = thread::spawn(move || {
+        // The third record starts segment 1 and installs segment 2, which trims segment 0.
+        for _ in 1..3 {
+            producer.publish(Counted(d.clone())).unwrap();
+        }
+    });
+    // Read whatever is there; lag is allowed, reading freed memory is not (loom reports it).
+    for _ in 0..2 {
+        match reader.try_next() {
+            Ok(r) => {
+                let _ = r.0.load(SeqCst);
+            }
+            Err(ReadError::Empty | ReadError::Lagged(_)) => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+    publisher.join().unwrap();
+    drop(reader);
+    drop(topic);
+    assert_eq!(drops.load(SeqCst), 3);
 }
 
 /// I4, I6: `Topic::publish` on a many-producer topic writes under an epoch pin, without a counted
@@ -393,12 +453,18 @@ fn block_gate_released_by_leaving_reader() {
 /// for the next record, is woken by that publish. Each side announces itself (a count in `state`,
 /// then the heavy barrier) before its last look, and the other side looks for that count after
 /// its own store: neither wake-up is lost (loom reports a deadlock if one is), and the reader gets
-/// every record once, in order. (Announcing after that last look instead deadlocks here.) The
-/// handshake is the same for both kinds of producer; the single producer's is the smaller model.
+/// every record once, in order, the publisher never more than the capacity ahead of it.
+/// (Announcing after that last look instead deadlocks here.) The
+/// handshake is the same for both kinds of producer; the single producer's is the smaller model,
+/// here on a ring-like topic's path in a Linux process: its `Producer` keeps its place by value,
+/// finds no room there, and takes its place again after the long path has waited.
 #[test]
 fn blocked_publisher_and_parked_reader_wake_each_other() {
-    model(|| {
-        let config = config().producers(Producers::Single).max_records(1);
+    model_on(Paths::Membarrier, || {
+        let config = config()
+            .timestamps(false)
+            .producers(Producers::Single)
+            .max_records(1);
         let topic = Topic::<u64>::new("m", config.overflow(Overflow::Block)).unwrap();
         let mut reader = topic.reader(0, Start::Earliest).unwrap();
         let mut producer = topic.producer().unwrap();
@@ -408,6 +474,8 @@ fn blocked_publisher_and_parked_reader_wake_each_other() {
             }
         });
         for v in 0..2 {
+            // The capacity holds whenever the reader looks: the producer waited for room.
+            assert!(reader.lag() <= 1, "the producer ran past the capacity");
             assert_eq!(*reader.next().unwrap().value(), v);
         }
         publisher.join().unwrap();
@@ -617,4 +685,36 @@ fn futures_noop_waker() -> std::task::Waker {
     static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, noop, noop, noop);
     // SAFETY: every function of the vtable ignores the (null) data pointer.
     unsafe { std::task::Waker::from_raw(RawWaker::new(std::ptr::null(), &VTABLE)) }
+}
+
+/// The models see what they claim to: a reader may look at any point of a single producer's
+/// stream, here before, between and after two publishes, on both single-producer paths. Loom's
+/// scheduler tries a store only against the last access before it, so if the producer loaded its
+/// own watermark as other threads do (an event to loom) before storing it, the models would never
+/// let a reader look between the two (tokio-rs/loom#166, #392; see `sync::own_value`).
+#[test]
+fn a_reader_may_look_between_two_publishes() {
+    for (paths, config) in [
+        (Paths::Fences, config().producers(Producers::Single)),
+        (
+            Paths::Membarrier,
+            config().timestamps(false).producers(Producers::Single),
+        ),
+    ] {
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeSet::new()));
+        let outcomes = std::sync::Arc::clone(&seen);
+        model_on(paths, move || {
+            let topic = Topic::<u64>::new("m", config.clone()).unwrap();
+            let reader = topic.reader(0, Start::Earliest).unwrap();
+            let mut producer = topic.producer().unwrap();
+            let publisher = thread::spawn(move || {
+                producer.publish(1).unwrap();
+                producer.publish(2).unwrap();
+            });
+            outcomes.lock().unwrap().insert(reader.lag());
+            publisher.join().unwrap();
+        });
+        let seen: Vec<u64> = seen.lock().unwrap().iter().copied().collect();
+        assert_eq!(seen, [0, 1, 2], "{paths:?}");
+    }
 }

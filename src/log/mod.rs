@@ -80,8 +80,8 @@ use crate::{
     error::{Error, PublishError},
     sync::{
         fence, heavy_barrier, init_barriers, keep_store_order, light_barrier, light_barrier_as,
-        light_barrier_is_free, lock, spin_hint, unprotected, yield_now, Arc, Atomic, AtomicBool,
-        AtomicU64, CachePadded, Epoch, Futex, Guard, Mutex, Ordering, Owned, SlotBase,
+        light_barrier_is_free, lock, own_value, spin_hint, unprotected, yield_now, Arc, Atomic,
+        AtomicBool, AtomicU64, CachePadded, Epoch, Futex, Guard, Mutex, Ordering, Owned, SlotBase,
     },
 };
 use directory::Directory;
@@ -546,10 +546,10 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// its publishes use `Writer::next`, which then equals it (see there for when a copy).
     #[inline(always)]
     fn single_next(&self) -> u64 {
-        // Relaxed: the writer reads its own latest store (coherence); a new writer is ordered
-        // after the last one's stores by the `writer_claimed` swap (Acquire) that gave it the
-        // role, which pairs with the Release store that gave the role back.
-        self.watermark.load(Ordering::Relaxed)
+        // The writer reads its own latest store; a new writer is ordered after the last one's
+        // stores by the `writer_claimed` swap (Acquire) that gave it the role, which pairs with
+        // the Release store that gave the role back.
+        own_value(&self.watermark)
     }
 
     /// The single writer's next offset: its copy, or where it keeps none, the watermark.
@@ -646,8 +646,8 @@ impl<T: Send + Sync + 'static> Log<T> {
         let barred = bar_user_code();
         let mut admin = lock(&self.admin);
         let guard = self.epoch.pin();
-        // Relaxed: `installed` is only stored under the admin lock we hold.
-        let mut next = self.installed.load(Ordering::Relaxed);
+        // `installed` is only stored under the admin lock we hold.
+        let mut next = own_value(&self.installed);
         while next <= index + 1 {
             let seg = Pool::take(&self.pool, next << self.shift);
             self.dir.install(next, admin.oldest, seg);
