@@ -56,7 +56,7 @@ pub(crate) use std::thread_local;
 pub(crate) use loom::thread_local;
 
 pub(crate) use arc_swap::ArcSwap;
-pub(crate) use crossbeam_epoch::{unprotected, Atomic, Guard, Owned, Shared};
+pub(crate) use crossbeam_epoch::{unprotected, Atomic, Guard, Owned};
 pub(crate) use crossbeam_utils::CachePadded;
 
 use std::time::Duration;
@@ -160,18 +160,44 @@ pub(crate) fn prefetch_write<T>(p: *const T) {
 /// tried after the store (tokio-rs/loom#166, #392). On a single-producer log, which reads its
 /// watermark before storing it, the models then never let a reader look between two publishes
 /// of the same producer.
-#[inline(always)]
-pub(crate) fn own_value(atomic: &AtomicU64) -> u64 {
-    #[cfg(not(loom))]
-    {
-        // Relaxed: see above.
-        atomic.load(Ordering::Relaxed)
+pub(crate) trait OwnValue {
+    type Value;
+    /// See the trait.
+    fn own_value(&self) -> Self::Value;
+}
+
+impl OwnValue for AtomicU64 {
+    type Value = u64;
+    #[inline(always)]
+    fn own_value(&self) -> u64 {
+        #[cfg(not(loom))]
+        {
+            // Relaxed: see `OwnValue`.
+            self.load(Ordering::Relaxed)
+        }
+        #[cfg(loom)]
+        // SAFETY: loom's `unsync_load` touches no real memory unsafely; what it asks of the
+        // caller (no concurrent store) is what loom checks, and a breach fails the model.
+        unsafe {
+            self.unsync_load()
+        }
     }
-    #[cfg(loom)]
-    // SAFETY: loom's `unsync_load` touches no real memory unsafely; what it asks of the caller (no
-    // concurrent store) is what loom checks, and a breach fails the model.
-    unsafe {
-        atomic.unsync_load()
+}
+
+impl<T> OwnValue for AtomicPtr<T> {
+    type Value = *mut T;
+    #[inline(always)]
+    fn own_value(&self) -> *mut T {
+        #[cfg(not(loom))]
+        {
+            // Relaxed: see `OwnValue`.
+            self.load(Ordering::Relaxed)
+        }
+        #[cfg(loom)]
+        // SAFETY: as for `AtomicU64`.
+        unsafe {
+            self.unsync_load()
+        }
     }
 }
 

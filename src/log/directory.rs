@@ -21,11 +21,13 @@
 //! - entries: stored with Release when a segment is installed (publishing its `base` and its initial
 //!   reference) and loaded with Acquire by lookups. Removal stores null with Release; the removed
 //!   segment's directory reference is released through the epoch, never at once.
-//! - Loads and stores by the admin lock holder of entries it alone writes may be Relaxed.
+//! - Loads and stores by the admin lock holder of entries it alone writes may be Relaxed. Its
+//!   loads of what only it stores (the table pointer, entries) are `OwnValue::own_value`, so that
+//!   loom's scheduler tries the lookups' loads of the same words on both sides of its stores.
 
 use crate::{
     log::segment::Segment,
-    sync::{Atomic, AtomicPtr, Guard, Ordering, Owned, Shared},
+    sync::{AtomicPtr, Guard, Ordering, OwnValue},
 };
 
 struct Table<T> {
@@ -61,7 +63,8 @@ impl<T> Table<T> {
 }
 
 pub(crate) struct Directory<T> {
-    table: Atomic<Table<T>>,
+    /// The current table, made by `Box::into_raw`; never null.
+    table: AtomicPtr<Table<T>>,
     shift: u32,
 }
 
@@ -72,26 +75,25 @@ const FIRST_TABLE: usize = if cfg!(loom) { 2 } else { 8 };
 impl<T> Directory<T> {
     pub(crate) fn new(shift: u32) -> Self {
         Directory {
-            table: Atomic::new(Table::with_capacity(FIRST_TABLE)),
+            table: AtomicPtr::new(Box::into_raw(Box::new(Table::with_capacity(FIRST_TABLE)))),
             shift,
         }
     }
 
-    /// The current table, as the directory holds it. Valid as long as `&self`: a table is freed
-    /// only with the directory (each keeps the one it replaced), so a lookup needs no pin for it.
-    #[inline]
-    fn current(&self) -> Shared<'_, Table<T>> {
-        // SAFETY: no table is freed while `&self` lives (above), so the guard protects nothing.
-        let guard = unsafe { crate::sync::unprotected() };
-        // Acquire: see the module's Orderings.
-        self.table.load(Ordering::Acquire, guard)
-    }
-
-    /// [`Directory::current`], to read.
+    /// The current table, for a lookup. Valid as long as `&self`: a table is freed only with the
+    /// directory (each keeps the one it replaced), so a lookup needs no pin for it.
     #[inline]
     fn table(&self) -> &Table<T> {
-        // SAFETY: never null, and valid while `&self` is (see `current`).
-        unsafe { self.current().deref() }
+        // Acquire: see the module's Orderings.
+        let table = self.table.load(Ordering::Acquire);
+        // SAFETY: never null, and valid while `&self` is (above).
+        unsafe { &*table }
+    }
+
+    /// The current table, for the admin lock holder, which alone stores the pointer.
+    #[inline]
+    fn held(&self) -> *mut Table<T> {
+        self.table.own_value()
     }
 
     /// The segment with index `index`, if its entry holds it.
@@ -139,7 +141,9 @@ impl<T> Directory<T> {
     /// Caller holds the admin lock.
     pub(crate) fn install(&self, index: u64, oldest: u64, seg: *mut Segment<T>) {
         debug_assert!(index >= oldest);
-        let mut table = self.table();
+        let current = self.held();
+        // SAFETY: never null, and valid while `&self` is (see `table`).
+        let mut table = unsafe { &*current };
         let live = index - oldest + 1;
         if live > table.entries.len() as u64 {
             let mut cap = table.entries.len();
@@ -148,17 +152,21 @@ impl<T> Directory<T> {
             }
             let mut bigger = Table::with_capacity(cap);
             for i in oldest..index {
-                // Relaxed: entries are written only under the admin lock we hold.
-                let p = table.entry(i).load(Ordering::Relaxed);
-                bigger.entry(i).store(p, Ordering::Relaxed);
+                // Entries are written only under the admin lock we hold. Relaxed: the table is
+                // published below.
+                bigger
+                    .entry(i)
+                    .store(table.entry(i).own_value(), Ordering::Relaxed);
             }
             // The new table owns the old one from here on (see `Table::replaced`), through the
             // pointer the directory held, which `Table::drop` frees it by (not one made from the
             // shared reference `table`, which grants no right to free).
-            bigger.replaced = self.current().as_raw() as *mut Table<T>;
+            bigger.replaced = current;
+            let bigger = Box::into_raw(Box::new(bigger));
             // Release: publishes the copied entries with the table (see Orderings).
-            self.table.store(Owned::new(bigger), Ordering::Release);
-            table = self.table();
+            self.table.store(bigger, Ordering::Release);
+            // SAFETY: just made, and valid while `&self` is (see `table`).
+            table = unsafe { &*bigger };
         }
         // Release: publishes the segment's base and reference count (see Orderings).
         table.entry(index).store(seg, Ordering::Release);
@@ -170,7 +178,8 @@ impl<T> Directory<T> {
         // Release: the null is ordered after everything we did to the log before trimming. The
         // Acquire half is more than needed (the admin lock already orders us after the install
         // that stored the entry); a cold path, left as it was.
-        self.table()
+        // SAFETY: never null, and valid while `&self` is (see `table`).
+        unsafe { &*self.held() }
             .entry(index)
             .swap(std::ptr::null_mut(), Ordering::AcqRel)
     }
@@ -181,10 +190,11 @@ impl<T> Drop for Table<T> {
         let mut replaced = self.replaced;
         // A loop, not a recursive drop: a directory that doubled many times frees a long chain.
         while !replaced.is_null() {
-            // SAFETY: `replaced` is a table made by `Owned::new` and unlinked from the directory,
-            // owned by this chain alone (set once, under the admin lock, when its successor was
-            // made) and so by its newest member, which is being dropped: no lookup is left.
-            let mut table = unsafe { Shared::from(replaced as *const Table<T>).into_owned() };
+            // SAFETY: `replaced` is a table made by `Box::into_raw` and unlinked from the
+            // directory, owned by this chain alone (set once, under the admin lock, when its
+            // successor was made) and so by its newest member, which is being dropped: no lookup
+            // is left.
+            let mut table = unsafe { Box::from_raw(replaced) };
             replaced = std::mem::replace(&mut table.replaced, std::ptr::null_mut());
         }
     }
@@ -192,13 +202,8 @@ impl<T> Drop for Table<T> {
 
 impl<T> Drop for Directory<T> {
     fn drop(&mut self) {
-        // SAFETY: `&mut self`: no lookups are running, and the log released every segment first.
-        unsafe {
-            let guard = crate::sync::unprotected();
-            let table = self.table.load(Ordering::Relaxed, guard);
-            if table != Shared::null() {
-                drop(table.into_owned());
-            }
-        }
+        // SAFETY: `&mut self`: no lookups are running, and the log released every segment
+        // first. The table was made by `Box::into_raw` and only the directory holds it.
+        drop(unsafe { Box::from_raw(self.held()) });
     }
 }

@@ -80,8 +80,8 @@ use crate::{
     error::{Error, PublishError},
     sync::{
         fence, heavy_barrier, init_barriers, keep_store_order, light_barrier, light_barrier_as,
-        light_barrier_is_free, lock, own_value, spin_hint, unprotected, yield_now, Arc, Atomic,
-        AtomicBool, AtomicU64, CachePadded, Epoch, Futex, Guard, Mutex, Ordering, Owned, SlotBase,
+        light_barrier_is_free, lock, spin_hint, unprotected, yield_now, Arc, Atomic, AtomicBool,
+        AtomicU64, CachePadded, Epoch, Futex, Guard, Mutex, Ordering, OwnValue, Owned, SlotBase,
     },
 };
 use directory::Directory;
@@ -549,7 +549,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         // The writer reads its own latest store; a new writer is ordered after the last one's
         // stores by the `writer_claimed` swap (Acquire) that gave it the role, which pairs with
         // the Release store that gave the role back.
-        own_value(&self.watermark)
+        self.watermark.own_value()
     }
 
     /// The single writer's next offset: its copy, or where it keeps none, the watermark.
@@ -647,7 +647,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         let mut admin = lock(&self.admin);
         let guard = self.epoch.pin();
         // `installed` is only stored under the admin lock we hold.
-        let mut next = own_value(&self.installed);
+        let mut next = self.installed.own_value();
         while next <= index + 1 {
             let seg = Pool::take(&self.pool, next << self.shift);
             self.dir.install(next, admin.oldest, seg);
