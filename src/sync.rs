@@ -8,6 +8,8 @@
 //! What lives here:
 //! - atomics, `fence`, `Arc`, `Mutex`, `Condvar`, `thread`, `UnsafeCell` (with loom's closure API on
 //!   both sides), and [`SlotBase`], a writer's raw handle on an array of cells;
+//! - [`OwnValue`]: a single writer's read of its own atomic (loom's `unsync_load` under loom, so
+//!   that loom's scheduler sees the races of other threads' loads with its stores);
 //! - [`Futex`]: a 32-bit word a thread can sleep on (atomic-wait), with a timed wait of our own;
 //! - [`light_barrier`] / [`heavy_barrier`]: the asymmetric pair used by the park/wake handshake;
 //! - [`Epoch`]: pinning for crossbeam-epoch reclamation;
@@ -832,7 +834,7 @@ impl WaitersByCpu {
     }
 
     /// How many waiting threads `slot` counts.
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn count(&self, slot: CpuSlot) -> u32 {
         // Relaxed: see Orderings.
         self.counts[usize::from(slot.0)].load(Ordering::Relaxed)
