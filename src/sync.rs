@@ -17,7 +17,7 @@
 //! - spin and yield hints, and `CachePadded`.
 //!
 //! # Orderings
-//! The barrier pair is the only ordering decision made in this file. Both sides of the park/wake
+//! The barrier pair is the main ordering decision made in this file. Both sides of the park/wake
 //! handshake do "store my flag, then load the other side's flag". Without a full barrier on both sides
 //! each load may be satisfied before the other side's store is visible (store buffering), and a wake-up is
 //! lost. The fast side (a publisher, on every publish) calls [`light_barrier`]; the rare side (a reader
@@ -28,7 +28,10 @@
 //! That lets the light side be a compiler fence only. When membarrier is unavailable both sides fall back
 //! to `fence(SeqCst)`; under loom both sides are `fence(SeqCst)`, which is what loom can model, and a
 //! model picks which publish paths its logs take ([`loom_free_light_barrier`]).
-//! [`WaitersByCpu`]'s counts publish nothing and are `Relaxed` (see there).
+//! [`WaitersByCpu`]'s counts publish nothing and are `Relaxed` (see there). [`OwnValue`] is a
+//! `Relaxed` load of a word whose every store is ordered before it already (its caller's own, or
+//! made under a lock the caller holds): coherence gives the latest value, and nothing is
+//! published through it.
 
 #[cfg(not(loom))]
 pub(crate) use std::sync::{
