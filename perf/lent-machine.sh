@@ -13,8 +13,8 @@
 # Sized from the first such runs (16-core Xeon, 2026-11-30). With a core per subscriber the channel
 # peers fall to 2–20 M/s, so one run of every tput table costs them ~60 s, while logbus and the
 # Disruptor take ~10 s for all four tables. So logbus and the Disruptor get medians of 5 and the
-# other peers one run (a second pass, its own tables). About 3 minutes in all; each scenario has
-# its own time limit (about 8 minutes together) so that a slow table cannot eat the others, and
+# other peers one run (a second pass, its own tables). About 4.5 minutes in all (stop 45); each scenario has
+# its own time limit (about 9 minutes together) so that a slow table cannot eat the others, and
 # the output is written as it comes, so a run cut short still brings back what it finished.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -59,7 +59,7 @@ run)
     scenario() {
         local limit=$1 only=$2
         shift 2
-        echo "=== $* ($(date -u +%T))"
+        echo "=== $* ($(date -u +%T))" | tee -a "$out/perf.md"
         timeout "$limit" "$bin" "$@" --no-wait --only "$only" 2>&1 | tee -a "$out/perf.md"
     }
     [ -x "$bin-b" ] && timeout 240 "$0" ab
@@ -70,7 +70,8 @@ run)
     # What a minimal watermark ring reaches 1→1 there, beside logbus, and what a subscriber core
     # reads when it only reads (see perf/src/ceiling.rs).
     scenario 45 "$fast;minimal" ceiling --runs 3
-    scenario 45 "$fast" lat-slow --runs 3
+    # Both tables: at 45 s (stop 45) the 1→2 one was cut.
+    scenario 100 "$fast" lat-slow --runs 3
     # The channel peers, one run ("bus" also selects the logbus rows again, which cost little).
     peers="crossbeam;kanal;tokio;bus;multiqueue2;zzz"
     scenario 120 "$peers" tput --runs 1
