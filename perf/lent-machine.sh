@@ -49,7 +49,7 @@ ab)
     for round in 1 2 3; do
         for b in "$bin" "$bin-b"; do
             echo "=== ab round $round: $b $* ($(date -u +%T))" | tee -a "$out/ab.md"
-            timeout 60 "$b" "$@" --no-wait 2>&1 | grep -E '^## |ring-like|Sleep' | tee -a "$out/ab.md"
+            timeout 60 "$b" "$@" --no-wait 2>&1 | grep -E '^## |logbus|Sleep' | tee -a "$out/ab.md"
         done
     done
     ;;
