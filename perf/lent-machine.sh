@@ -3,12 +3,14 @@
 #
 #   perf/lent-machine.sh build      # here: a static build into .devbin/ (add `/.devbin/` to
 #                                   # .git/info/exclude, and carry .devbin to the machine)
-#   perf/lent-machine.sh build-b REV  # here: the same for a git revision (a branch to compare),
-#                                   # into .devbin/logbus-perf-b
+#   perf/lent-machine.sh build-b REV [NAME]  # here: the same for a git revision (a branch to
+#                                   # compare), into .devbin/logbus-perf-NAME (default: b); one
+#                                   # per experiment, so that one lease compares several
 #   perf/lent-machine.sh run        # there: the fan-out scenarios, output under $OUT (or /tmp);
-#                                   # with a -b binary, first an A/B of the two (see `ab`)
-#   perf/lent-machine.sh ab [ARGS]  # there: the two binaries alternated, 3 rounds, on ARGS
-#                                   # (default: the multi-producer fan-outs), into $OUT/ab.md
+#                                   # with -NAME binaries, first an A/B of them all (see `ab`)
+#   perf/lent-machine.sh ab [ARGS]  # there: the head and every -NAME binary alternated (the order
+#                                   # reversed every other round), 3 rounds, on ARGS (default:
+#                                   # the multi-producer fan-outs), into $OUT/ab.md
 #
 # Sized from the first such runs (16-core Xeon, 2026-11-30). With a core per subscriber the channel
 # peers fall to 2–20 M/s, so one run of every tput table costs them ~60 s, while logbus and the
@@ -33,21 +35,36 @@ build)
     echo "built $bin; carry .devbin and run: bash perf/lent-machine.sh run"
     ;;
 build-b)
-    rev=${2:?usage: $0 build-b REV}
+    rev=${2:?usage: $0 build-b REV [NAME]}
+    name=${3:-b}
+    [[ $name =~ ^[A-Za-z0-9_]+$ ]] || { echo "NAME: letters, digits and _ only" >&2; exit 2; }
     tree=$(mktemp -d)
     git worktree add --detach "$tree" "$rev" >/dev/null || exit
-    (cd "$tree" && static_build "$root/target/static-b" logbus-perf-b)
+    (cd "$tree" && static_build "$root/target/static-b" "logbus-perf-$name")
     rc=$?
+    [ $rc -eq 0 ] && git -C "$tree" log -1 --format="%h %s" > "$bin-$name.rev"
     git worktree remove --force "$tree"
-    [ $rc -eq 0 ] && echo "built $bin-b from $rev"
+    [ $rc -eq 0 ] && echo "built $bin-$name from $rev"
     exit $rc
     ;;
 ab)
     out=${OUT:-/tmp}
     shift
     [ $# -gt 0 ] || set -- tput --only "multi producer, ring-like;Sleep;zzz" --runs 3
+    bins=("$bin")
+    for b in "$bin"-*; do
+        [ -x "$b" ] && [ "${b%.rev}" = "$b" ] && bins+=("$b")
+    done
+    for b in "${bins[@]:1}"; do
+        echo "=== $b: $(cat "$b.rev" 2>/dev/null)" | tee -a "$out/ab.md"
+    done
     for round in 1 2 3; do
-        for b in "$bin" "$bin-b"; do
+        order=("${bins[@]}")
+        if [ $((round % 2)) -eq 0 ]; then
+            order=()
+            for ((i = ${#bins[@]} - 1; i >= 0; i--)); do order+=("${bins[i]}"); done
+        fi
+        for b in "${order[@]}"; do
             echo "=== ab round $round: $b $* ($(date -u +%T))" | tee -a "$out/ab.md"
             timeout 60 "$b" "$@" --no-wait 2>&1 | grep -E '^## |logbus|Sleep' | tee -a "$out/ab.md"
         done
@@ -62,7 +79,7 @@ run)
         echo "=== $* ($(date -u +%T))" | tee -a "$out/perf.md"
         timeout "$limit" "$bin" "$@" --no-wait --only "$only" 2>&1 | tee -a "$out/perf.md"
     }
-    [ -x "$bin-b" ] && timeout 240 "$0" ab
+    compgen -G "$bin-*" > /dev/null && timeout 240 "$0" ab
     fast="logbus;disruptor;zzz"
     scenario 90 "$fast" tput --runs 5
     scenario 60 "$fast" lat --runs 5
