@@ -30,7 +30,7 @@ fi
 for tool in valgrind callgrind_annotate jq; do
     command -v "$tool" > /dev/null || { echo "instructions.sh needs $tool" >&2; exit 1; }
 done
-base=$1 other=${2:-} paths=${3:-publish multi-publish ring-publish topic-publish read multi-read read-batch poll subscription}
+base=$1 other=${2:-} paths=${3:-publish multi-publish ring-publish ring-multi-publish topic-publish read multi-read read-batch poll subscription}
 # shellcheck source=perf/trees.sh
 . "$(dirname "$0")/trees.sh"
 
@@ -55,7 +55,7 @@ build() {
 function_of() {
     case $1 in
         subscription) echo 'logbus::subscription::Context<T>::run' ;;
-        ring-publish | multi-publish) echo 'count::measure_publish' ;;
+        ring-publish | ring-multi-publish | multi-publish) echo 'count::measure_publish' ;;
         multi-read) echo 'count::measure_read' ;;
         *) echo "count::measure_${1//-/_}" ;;
     esac
@@ -87,10 +87,10 @@ build "$base" "$work/a" base
 build "$other" "$work/b" other
 
 echo "# callgrind, instructions per record: ${base} and ${other:-the working tree}"
-printf '%-16s %10s %10s %8s\n' path "$base" "${other:-tree}" change
+printf '%-18s %10s %10s %8s\n' path "$base" "${other:-tree}" change
 for path in $paths; do
     a=$(per_record "$work/a" "$path")
     b=$(per_record "$work/b" "$path")
     change=$(awk -v a="$a" -v b="$b" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%+.1f%%", (b / a - 1) * 100; else print "-" }')
-    printf '%-16s %10s %10s %8s\n' "$path" "$a" "$b" "$change"
+    printf '%-18s %10s %10s %8s\n' "$path" "$a" "$b" "$change"
 done

@@ -6,6 +6,9 @@
 #   perf/lent-machine.sh build-b REV [NAME]  # here: the same for a git revision (a branch to
 #                                   # compare), into .devbin/logbus-perf-NAME (default: b); one
 #                                   # per experiment, so that one lease compares several
+#   perf/lent-machine.sh build-patch FILE [NAME]  # here: the same for the head with a patch
+#                                   # applied (an experiment kept in perf/experiments/), into
+#                                   # .devbin/logbus-perf-NAME (default: the file's name)
 #   perf/lent-machine.sh run        # there: the fan-out scenarios, output under $OUT (or /tmp);
 #                                   # with -NAME binaries, first an A/B of them all (see `ab`)
 #   perf/lent-machine.sh ab [ARGS]  # there: the head and every -NAME binary alternated (the order
@@ -34,17 +37,28 @@ build)
     static_build "$root/target/static" logbus-perf || exit
     echo "built $bin; carry .devbin and run: bash perf/lent-machine.sh run"
     ;;
-build-b)
-    rev=${2:?usage: $0 build-b REV [NAME]}
-    name=${3:-b}
+build-b | build-patch)
+    what=${2:?usage: $0 build-b REV [NAME] | build-patch FILE [NAME]}
+    if [ "$1" = build-b ]; then
+        rev=$what name=${3:-b}
+    else
+        [ -f "$what" ] || { echo "no patch $what" >&2; exit 2; }
+        patch=$(realpath "$what") rev=HEAD name=${3:-$(basename "$what" .patch | tr -c 'A-Za-z0-9_\n' _)}
+    fi
     [[ $name =~ ^[A-Za-z0-9_]+$ ]] || { echo "NAME: letters, digits and _ only" >&2; exit 2; }
     tree=$(mktemp -d)
     git worktree add --detach "$tree" "$rev" >/dev/null || exit
+    if [ -n "${patch:-}" ]; then
+        git -C "$tree" apply "$patch" || { git worktree remove --force "$tree"; exit 1; }
+    fi
     (cd "$tree" && static_build "$root/target/static-b" "logbus-perf-$name")
     rc=$?
-    [ $rc -eq 0 ] && git -C "$tree" log -1 --format="%h %s" > "$bin-$name.rev"
+    if [ $rc -eq 0 ]; then
+        { git -C "$tree" log -1 --format="%h %s"; [ -n "${patch:-}" ] && echo " + $what"; } |
+            tr -d '\n' > "$bin-$name.rev"
+    fi
     git worktree remove --force "$tree"
-    [ $rc -eq 0 ] && echo "built $bin-$name from $rev"
+    [ $rc -eq 0 ] && echo "built $bin-$name from $(cat "$bin-$name.rev")"
     exit $rc
     ;;
 ab)

@@ -17,7 +17,7 @@ use std::{hint::black_box, process::ExitCode, sync::mpsc};
 use logbus::{Overflow, Producers, Record, Start, Topic, TopicConfig};
 
 /// The paths, with what each one counts.
-const PATHS: [(&str, &str); 9] = [
+const PATHS: [(&str, &str); 10] = [
     ("publish", "Producer::publish, single producer, no reader"),
     (
         "multi-publish",
@@ -26,6 +26,10 @@ const PATHS: [(&str, &str); 9] = [
     (
         "ring-publish",
         "the same into the harness's ring-like topic (no timestamps)",
+    ),
+    (
+        "ring-multi-publish",
+        "the same into the harness's many-producer ring-like topic",
     ),
     ("topic-publish", "Topic::publish, many producers, no reader"),
     ("read", "Reader::next over records already published"),
@@ -47,9 +51,9 @@ fn topic(producers: Producers) -> Topic<u64> {
 
 /// The harness's ring-like topic: a capacity, publishers wait for the slowest reader (there is
 /// none here), no timestamps.
-fn ring() -> Topic<u64> {
+fn ring(producers: Producers) -> Topic<u64> {
     let config = TopicConfig::default()
-        .single_producer()
+        .producers(producers)
         .max_records(1 << 16)
         .overflow(Overflow::Block)
         .timestamps(false);
@@ -151,7 +155,8 @@ fn main() -> ExitCode {
     match path {
         "publish" => measure_publish(&topic(Producers::Single), n),
         "multi-publish" => measure_publish(&topic(Producers::Multi), n),
-        "ring-publish" => measure_publish(&ring(), n),
+        "ring-publish" => measure_publish(&ring(Producers::Single), n),
+        "ring-multi-publish" => measure_publish(&ring(Producers::Multi), n),
         "topic-publish" => measure_topic_publish(&topic(Producers::Multi), n),
         "read" => assert_sum(measure_read(&published(n), n), n),
         "multi-read" => assert_sum(measure_read(&published_by(Producers::Multi, n), n), n),
@@ -171,7 +176,7 @@ fn assert_sum(sum: u64, n: u64) {
 fn usage(why: &str) -> ExitCode {
     eprintln!("count: {why}\nusage: count PATH RECORDS\npaths:");
     for (name, what) in PATHS {
-        eprintln!("  {name:<14} {what}");
+        eprintln!("  {name:<18} {what}");
     }
     ExitCode::from(2)
 }
