@@ -18,9 +18,10 @@
 # Sized from the first such runs (16-core Xeon, 2026-11-30). With a core per subscriber the channel
 # peers fall to 2–20 M/s, so one run of every tput table costs them ~60 s, while logbus and the
 # Disruptor take ~10 s for all four tables. So logbus and the Disruptor get medians of 5 and the
-# other peers one run (a second pass, its own tables). About 4.5 minutes in all (stop 45); each scenario has
-# its own time limit (about 9 minutes together) so that a slow table cannot eat the others, and
-# the output is written as it comes, so a run cut short still brings back what it finished.
+# other peers one run (a second pass, its own tables). About 4.5 minutes in all (stop 45); each
+# scenario has its own time limit (about 9 minutes together) so that a slow table cannot eat the
+# others, and the output is written as it comes, so a run cut short still brings back what it
+# finished. Each experiment binary adds about a minute of `ab` before it (2 minutes allowed).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=.devbin/logbus-perf
@@ -93,7 +94,8 @@ run)
         echo "=== $* ($(date -u +%T))" | tee -a "$out/perf.md"
         timeout "$limit" "$bin" "$@" --no-wait --only "$only" 2>&1 | tee -a "$out/perf.md"
     }
-    compgen -G "$bin-*" > /dev/null && timeout 240 "$0" ab
+    experiments=$(find .devbin -maxdepth 1 -name 'logbus-perf-*' ! -name '*.rev' | wc -l)
+    [ "$experiments" -gt 0 ] && timeout $((120 * experiments)) "$0" ab
     fast="logbus;disruptor;zzz"
     scenario 90 "$fast" tput --runs 5
     scenario 60 "$fast" lat --runs 5
