@@ -87,10 +87,11 @@ build "$base" "$work/a" base
 build "$other" "$work/b" other
 
 echo "# callgrind, instructions per record: ${base} and ${other:-the working tree}"
-printf '%-18s %10s %10s %8s\n' path "$base" "${other:-tree}" change
+width=$(for path in path $paths; do echo "${#path}"; done | sort -n | tail -1)
+printf '%-*s %10s %10s %8s\n' "$width" path "$base" "${other:-tree}" change
 for path in $paths; do
     a=$(per_record "$work/a" "$path")
     b=$(per_record "$work/b" "$path")
     change=$(awk -v a="$a" -v b="$b" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%+.1f%%", (b / a - 1) * 100; else print "-" }')
-    printf '%-18s %10s %10s %8s\n' "$path" "$a" "$b" "$change"
+    printf '%-*s %10s %10s %8s\n' "$width" "$path" "$a" "$b" "$change"
 done

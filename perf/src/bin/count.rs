@@ -175,8 +175,9 @@ fn assert_sum(sum: u64, n: u64) {
 
 fn usage(why: &str) -> ExitCode {
     eprintln!("count: {why}\nusage: count PATH RECORDS\npaths:");
+    let width = PATHS.iter().map(|(name, _)| name.len()).max().unwrap_or(0);
     for (name, what) in PATHS {
-        eprintln!("  {name:<18} {what}");
+        eprintln!("  {name:<width$} {what}");
     }
     ExitCode::from(2)
 }
