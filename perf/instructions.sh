@@ -4,6 +4,7 @@
 #
 #   perf/instructions.sh BASE [OTHER] [PATHS]
 #   perf/instructions.sh 8d5c279                     # BASE against the working tree, every path
+#                                                    # (`count paths` lists them)
 #   perf/instructions.sh HEAD~3 HEAD 'read poll'
 #
 # Timings on this VM move by a third between runs, and the criterion benches of a loop can differ
@@ -24,13 +25,13 @@
 set -euo pipefail
 
 if [ $# -lt 1 ]; then
-    sed -n 5,7p "$0" | sed 's/^# *//'
+    sed -n 5,8p "$0" | sed 's/^# *//'
     exit 2
 fi
 for tool in valgrind callgrind_annotate jq; do
     command -v "$tool" > /dev/null || { echo "instructions.sh needs $tool" >&2; exit 1; }
 done
-base=$1 other=${2:-} paths=${3:-publish multi-publish ring-publish ring-multi-publish topic-publish read multi-read read-batch poll subscription}
+base=$1 other=${2:-} paths=${3:-}
 # shellcheck source=perf/trees.sh
 . "$(dirname "$0")/trees.sh"
 
@@ -85,6 +86,8 @@ per_record() {
 echo "building $base and ${other:-the working tree}" >&2
 build "$base" "$work/a" base
 build "$other" "$work/b" other
+# Every path the working tree's driver has (`count paths`), unless the caller named some.
+[ -n "$paths" ] || paths=$("$work/b" paths)
 
 echo "# callgrind, instructions per record: ${base} and ${other:-the working tree}"
 width=$(for path in path $paths; do echo "${#path}"; done | sort -n | tail -1)

@@ -3,7 +3,11 @@
 //!
 //! ```text
 //! cargo run --release -p logbus-perf --bin count -- PATH RECORDS
+//! cargo run --release -p logbus-perf --bin count -- paths    # the path names, one a line
 //! ```
+//!
+//! `paths` is where `perf/instructions.sh` and `.ci/run` take their lists from, so a new path
+//! needs adding here only.
 //!
 //! Each path's records go through one function of this binary (`measure_*`, never inlined) or,
 //! for `subscription`, through the subscription thread's loop; the script takes that function's
@@ -49,8 +53,8 @@ fn topic(producers: Producers) -> Topic<u64> {
     Topic::new("count", TopicConfig::default().producers(producers)).expect("a valid topic")
 }
 
-/// The harness's ring-like topic: a capacity, publishers wait for the slowest reader (there is
-/// none here), no timestamps.
+/// The harness's ring-like topics (`logbus_ring` and `logbus_multi_ring` in `main.rs`): a
+/// capacity, publishers wait for the slowest reader (there is none here), no timestamps.
 fn ring(producers: Producers) -> Topic<u64> {
     let config = TopicConfig::default()
         .producers(producers)
@@ -145,6 +149,14 @@ fn subscription(t: &Topic<u64>, n: u64) {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if let [only] = &args[..] {
+        if only == "paths" {
+            for (name, _) in PATHS {
+                println!("{name}");
+            }
+            return ExitCode::SUCCESS;
+        }
+    }
     let (path, n) = match &args[..] {
         [path, n] => match n.parse::<u64>() {
             Ok(n) if n > 0 => (path.as_str(), n),
@@ -174,7 +186,7 @@ fn assert_sum(sum: u64, n: u64) {
 }
 
 fn usage(why: &str) -> ExitCode {
-    eprintln!("count: {why}\nusage: count PATH RECORDS\npaths:");
+    eprintln!("count: {why}\nusage: count PATH RECORDS | count paths\npaths:");
     let width = PATHS.iter().map(|(name, _)| name.len()).max().unwrap_or(0);
     for (name, what) in PATHS {
         eprintln!("  {name:<width$} {what}");
