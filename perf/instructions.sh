@@ -4,7 +4,6 @@
 #
 #   perf/instructions.sh BASE [OTHER] [PATHS]
 #   perf/instructions.sh 8d5c279                     # BASE against the working tree, every path
-#                                                    # (`count paths` lists them)
 #   perf/instructions.sh HEAD~3 HEAD 'read poll'
 #
 # Timings on this VM move by a third between runs, and the criterion benches of a loop can differ
@@ -14,7 +13,7 @@
 # is doing. It says nothing about stalls, cache misses or another core, so it complements the
 # benches (`bench-pairs.sh`) and the harness (`pairs.sh`); it does not replace them.
 #
-# Each path is `perf/src/bin/count.rs`'s (see there); the working tree's driver is built into
+# Each path is `perf/src/bin/count.rs`'s (see there; `count paths` lists them); the working tree's driver is built into
 # both revisions, so an older BASE needs only the public calls it makes. The figure is the
 # inclusive count of the function the records go through, at 200,000 records less at 100,000,
 # divided by 100,000: the set-up cancels out.
@@ -25,7 +24,7 @@
 set -euo pipefail
 
 if [ $# -lt 1 ]; then
-    sed -n 5,8p "$0" | sed 's/^# *//'
+    sed -n 5,7p "$0" | sed 's/^# *//'
     exit 2
 fi
 for tool in valgrind callgrind_annotate jq; do
