@@ -13,10 +13,10 @@
 # is doing. It says nothing about stalls, cache misses or another core, so it complements the
 # benches (`bench-pairs.sh`) and the harness (`pairs.sh`); it does not replace them.
 #
-# Each path is `perf/src/bin/count.rs`'s (see there; `count paths` lists them); the working tree's driver is built into
-# both revisions, so an older BASE needs only the public calls it makes. The figure is the
-# inclusive count of the function the records go through, at 200,000 records less at 100,000,
-# divided by 100,000: the set-up cancels out.
+# Each path is `perf/src/bin/count.rs`'s (see there; `count paths` lists them); the working
+# tree's driver is built into both revisions, so an older BASE needs only the public calls it
+# makes. The figure is the inclusive count of the function the records go through, at 200,000
+# records less at 100,000, divided by 100,000: the set-up cancels out.
 #
 # Valgrind passes `membarrier` and `rdtsc` through, so the engine takes the paths a native
 # run takes (`ring-publish` is the inlined fast path, `publish` the stamped one). Valgrind runs one
