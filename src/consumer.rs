@@ -8,13 +8,16 @@
 //! name resumes at the committed offsets (a committed offset is the next offset to read, as in
 //! Kafka). Committing is explicit.
 
-use std::{fmt, time::Duration, time::Instant};
+use std::{
+    fmt,
+    time::{Duration, Instant, SystemTime},
+};
 
 use crate::{
     broker::check_name,
     error::{Error, ReadError},
     log::Waker,
-    reader::{resume_position, Batch, Reader, Start},
+    reader::{resume_position, seek_all_to_time, Batch, Reader, Start},
     sync::Arc,
     topic::Topic,
     wait::{scan, take_rotating, wait_any, Waited},
@@ -294,6 +297,31 @@ impl<T: Send + Sync + 'static> Consumer<T> {
             let end = r.log().end();
             r.reposition(end);
         }
+    }
+
+    /// Moves every partition to its first record published at or after `t`, or to its end where
+    /// none is: where a consumer starting at [`Start::Timestamp`] would be (replay the last hour,
+    /// or skip to a point in time, as Kafka's offsets for times do). A record's timestamp is
+    /// within 100 µs of the wall clock, so a partition may land on a record published up to
+    /// 100 µs before `t`; it never skips one published after.
+    ///
+    /// Errors: [`Error::InvalidConfig`] on a topic without timestamps
+    /// ([`TopicConfig::timestamps`](crate::TopicConfig::timestamps)); then nothing moves.
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime};
+    /// use logbus::{Start, Topic, TopicConfig};
+    /// let topic = Topic::<&str>::new("audit", TopicConfig::default()).unwrap();
+    /// topic.publish("old").unwrap();
+    /// std::thread::sleep(Duration::from_millis(2));
+    /// let since = SystemTime::now();
+    /// topic.publish("new").unwrap();
+    /// let mut c = topic.consumer("replay", Start::Latest).unwrap();
+    /// c.seek_to_time(since).unwrap();
+    /// assert_eq!(c.poll(10).unwrap().values().copied().collect::<Vec<_>>(), ["new"]);
+    /// ```
+    pub fn seek_to_time(&mut self, t: SystemTime) -> Result<(), Error> {
+        seek_all_to_time(&mut self.readers, t)
     }
 
     /// Moves every partition back to its committed offset (or, with nothing committed, to where

@@ -22,13 +22,17 @@
 //! `done` or the interrupt wakes it (the loom model
 //! `the_group_getting_done_wakes_a_member_without_partitions`).
 
-use std::{collections::HashMap, fmt, time::Duration, time::Instant};
+use std::{
+    collections::HashMap,
+    fmt,
+    time::{Duration, Instant, SystemTime},
+};
 
 use crate::{
     broker::check_name,
     error::{Error, ReadError},
     log::{Log, Waker},
-    reader::{resume_position, Batch, Reader, Start},
+    reader::{resume_position, seek_all_to_time, Batch, Reader, Start},
     sync::{lock, Arc, AtomicU64, Mutex, Ordering},
     topic::Topic,
     trace::event,
@@ -755,6 +759,13 @@ impl<T: Send + Sync + 'static> GroupMember<T> {
     pub fn seek(&mut self, partition: u32, offset: u64) -> Result<(), Error> {
         let i = self.owned(partition)?;
         self.readers[i].seek(Start::Offset(offset))
+    }
+
+    /// Moves every assigned partition to its first record published at or after `t`, or to its
+    /// end where none is, as [`Consumer::seek_to_time`](crate::Consumer::seek_to_time) does.
+    /// Errors: [`Error::InvalidConfig`] on a topic without timestamps; then nothing moves.
+    pub fn seek_to_time(&mut self, t: SystemTime) -> Result<(), Error> {
+        seek_all_to_time(&mut self.readers, t)
     }
 
     /// Moves every assigned partition back to the group's committed offset (or its start).

@@ -500,6 +500,18 @@ pub(crate) fn resume_position<T: Send + Sync + 'static>(
     }
 }
 
+/// Moves each reader of a consumer's or group member's set to its first record published at or
+/// after `t` (see `Consumer::seek_to_time`). The readers share one topic, so on a topic without
+/// timestamps the first one refuses and none moves.
+pub(crate) fn seek_all_to_time<T: Send + Sync + 'static>(
+    readers: &mut [Reader<T>],
+    t: SystemTime,
+) -> Result<(), Error> {
+    readers
+        .iter_mut()
+        .try_for_each(|r| r.seek(Start::Timestamp(t)))
+}
+
 /// Resolves a start position against a log's retained range.
 pub(crate) fn resolve<T: Send + Sync + 'static>(log: &Log<T>, start: Start) -> Result<u64, Error> {
     match start {

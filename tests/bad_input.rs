@@ -276,6 +276,14 @@ fn every_bad_input_is_a_typed_error_and_changes_nothing() {
             Err(Error::InvalidConfig(_))
         ),
     );
+    let mut untimed_consumer = untimed.consumer("c", Start::Earliest).unwrap();
+    check(
+        "seek a consumer to a time on a topic without timestamps",
+        matches!(
+            untimed_consumer.seek_to_time(SystemTime::now()),
+            Err(Error::InvalidConfig(_))
+        ),
+    );
 
     // Nothing above changed anything.
     assert_eq!(

@@ -1,6 +1,9 @@
 //! Pull consumers: poll, commit, seek, rollback, resume by name, lag and several partitions.
 
-use std::{thread, time::Duration};
+use std::{
+    thread,
+    time::{Duration, SystemTime},
+};
 
 use logbus::{Broker, Error, ReadError, Reset, Start, Topic, TopicConfig};
 
@@ -109,6 +112,81 @@ fn seek_errors_name_the_retained_range() {
     c.seek_to_end();
     assert_eq!(c.lag(), 0);
     assert_eq!(c.poll(1).unwrap_err(), ReadError::Empty);
+}
+
+/// Publishes `0..10` and then `10..20` round-robin over the topic's partitions, with a gap of a
+/// few milliseconds (far more than the 100 µs timestamps may be off by) on both sides of the
+/// returned time, which splits the two halves.
+fn publish_either_side_of_a_time(t: &Topic<u64>) -> SystemTime {
+    for i in 0..10 {
+        t.publish(i).unwrap();
+    }
+    let gap = Duration::from_millis(5);
+    thread::sleep(gap);
+    let middle = SystemTime::now();
+    thread::sleep(gap);
+    for i in 10..20 {
+        t.publish(i).unwrap();
+    }
+    middle
+}
+
+#[test]
+fn seek_to_time_moves_every_partition_to_its_first_record_from_then() {
+    let t = Topic::<u64>::new("t", TopicConfig::default().partitions(2)).unwrap();
+    let before = SystemTime::now() - Duration::from_secs(60);
+    let middle = publish_either_side_of_a_time(&t);
+    let mut c = t.consumer("c", Start::Earliest).unwrap();
+    // Read a little first: the seek moves a consumer wherever it is.
+    assert_eq!(c.poll(3).unwrap().len(), 3);
+    c.seek_to_time(middle).unwrap();
+    // Round-robin: each partition took 5 records of each half.
+    assert_eq!(c.positions(), [5, 5]);
+    let mut values = Vec::new();
+    while let Ok(batch) = c.poll(100) {
+        values.extend(batch.values().copied());
+    }
+    values.sort_unstable();
+    assert_eq!(values, (10..20).collect::<Vec<_>>());
+    // Before everything: the oldest record; after everything: the end.
+    c.seek_to_time(before).unwrap();
+    assert_eq!(c.positions(), [0, 0]);
+    c.seek_to_time(SystemTime::now() + Duration::from_secs(3600))
+        .unwrap();
+    assert_eq!(c.positions(), [10, 10]);
+    assert_eq!(c.lag(), 0);
+    // Committed offsets are the consumer's to move: the seek commits nothing.
+    assert_eq!(c.committed(0).unwrap(), None);
+}
+
+#[test]
+fn seek_to_time_lands_inside_the_retained_range() {
+    let t = Topic::<u64>::new("t", TopicConfig::default().segment_size(4).max_records(4)).unwrap();
+    let before = SystemTime::now() - Duration::from_secs(60);
+    let mut c = t.consumer("c", Start::Earliest).unwrap();
+    for i in 0..20 {
+        t.publish(i).unwrap();
+    }
+    let start = t.stats().partitions[0].start;
+    assert!(start > 0, "retention trimmed");
+    c.seek_to_time(before).unwrap();
+    assert_eq!(c.position(0).unwrap(), start);
+    assert_eq!(*c.poll(1).unwrap().values().next().unwrap(), start);
+}
+
+#[test]
+fn seek_to_time_on_a_topic_without_timestamps_moves_nothing() {
+    let t = Topic::<u64>::new("t", TopicConfig::default().partitions(2).timestamps(false)).unwrap();
+    for i in 0..6 {
+        t.publish(i).unwrap();
+    }
+    let mut c = t.consumer("c", Start::Earliest).unwrap();
+    c.seek(1, 2).unwrap();
+    assert!(matches!(
+        c.seek_to_time(SystemTime::now()),
+        Err(Error::InvalidConfig(_))
+    ));
+    assert_eq!(c.positions(), [0, 2]);
 }
 
 #[test]

@@ -7,7 +7,7 @@ use std::{
         Arc, Mutex,
     },
     thread,
-    time::Duration,
+    time::{Duration, SystemTime},
 };
 
 use logbus::{
@@ -525,6 +525,53 @@ fn push_subscriptions_share_a_group() {
             Some("w2".into())
         ]
     );
+}
+
+#[test]
+fn a_member_seeks_its_partitions_to_a_time() {
+    let t = topic(4);
+    for i in 0..8 {
+        t.publish(i).unwrap();
+    }
+    let gap = Duration::from_millis(5);
+    thread::sleep(gap);
+    let middle = SystemTime::now();
+    thread::sleep(gap);
+    for i in 8..16 {
+        t.publish(i).unwrap();
+    }
+    let g = t.group("g").unwrap();
+    let mut a = g.join("a").unwrap();
+    let _b = g.join("b").unwrap();
+    // The join of `b` reaches `a` through its polls: revoked, released, then settled.
+    for _ in 0..100 {
+        if a.assignment().len() == 2 {
+            break;
+        }
+        let _ = a.poll(1);
+    }
+    assert_eq!(a.assignment().len(), 2, "the rebalance settled");
+    let owned = a.assignment();
+    a.seek_to_time(middle).unwrap();
+    for &p in &owned {
+        // Round-robin publishing: each partition took two records of each half.
+        assert_eq!(a.position(p).unwrap(), 2, "partition {p}");
+    }
+    let mut values = Vec::new();
+    while let Ok(batch) = a.poll(100) {
+        values.extend(batch.values().copied());
+    }
+    values.sort_unstable();
+    let want: Vec<u64> = (8..16)
+        .filter(|v| owned.contains(&((v % 4) as u32)))
+        .collect();
+    assert_eq!(values, want);
+    let untimed = Topic::<u64>::new("u", TopicConfig::default().timestamps(false)).unwrap();
+    let mut m = untimed.group("g").unwrap().join("m").unwrap();
+    assert!(matches!(
+        m.seek_to_time(middle),
+        Err(Error::InvalidConfig(_))
+    ));
 }
 
 #[test]

@@ -811,6 +811,12 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// it never skips a record published after `t`, and may include one published just before.
     /// A binary search, which assumes timestamps follow offsets (true for one producer; with
     /// several, up to how far apart their clock reads and reservations are).
+    ///
+    /// A slot it cannot read counts as at or after `t`: one reserved and not yet published (its
+    /// stamp will be about now), or one retention trimmed during the search. For the latter the
+    /// answer is raised to the start as it is then, so it is never below the retained range (a
+    /// reader placed there would report the trimmed records as lag, and a consumer's seek to it
+    /// would be refused).
     pub(crate) fn offset_for_time(&self, t_nanos: u64) -> u64 {
         let t_nanos = t_nanos.saturating_sub(clock::TOLERANCE_NANOS);
         let (mut lo, mut hi) = (self.start(), self.end());
@@ -821,7 +827,7 @@ impl<T: Send + Sync + 'static> Log<T> {
                 _ => hi = mid,
             }
         }
-        lo
+        lo.max(self.start())
     }
 
     // -------------------------------------------------------------------------------------------
