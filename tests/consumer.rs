@@ -7,6 +7,9 @@ use std::{
 
 use logbus::{Broker, Error, ReadError, Reset, Start, Topic, TopicConfig};
 
+mod common;
+use common::publish_either_side_of_a_time;
+
 fn offsets(batch: logbus::Batch<'_, String>) -> Vec<u64> {
     batch.iter().map(|r| r.offset()).collect()
 }
@@ -114,28 +117,11 @@ fn seek_errors_name_the_retained_range() {
     assert_eq!(c.poll(1).unwrap_err(), ReadError::Empty);
 }
 
-/// Publishes `0..10` and then `10..20` round-robin over the topic's partitions, with a gap of a
-/// few milliseconds (far more than the 100 µs timestamps may be off by) on both sides of the
-/// returned time, which splits the two halves.
-fn publish_either_side_of_a_time(t: &Topic<u64>) -> SystemTime {
-    for i in 0..10 {
-        t.publish(i).unwrap();
-    }
-    let gap = Duration::from_millis(5);
-    thread::sleep(gap);
-    let middle = SystemTime::now();
-    thread::sleep(gap);
-    for i in 10..20 {
-        t.publish(i).unwrap();
-    }
-    middle
-}
-
 #[test]
 fn seek_to_time_moves_every_partition_to_its_first_record_from_then() {
     let t = Topic::<u64>::new("t", TopicConfig::default().partitions(2)).unwrap();
     let before = SystemTime::now() - Duration::from_secs(60);
-    let middle = publish_either_side_of_a_time(&t);
+    let middle = publish_either_side_of_a_time(&t, 10);
     let mut c = t.consumer("c", Start::Earliest).unwrap();
     // Read a little first: the seek moves a consumer wherever it is.
     assert_eq!(c.poll(3).unwrap().len(), 3);

@@ -7,13 +7,16 @@ use std::{
         Arc, Mutex,
     },
     thread,
-    time::{Duration, SystemTime},
+    time::Duration,
 };
 
 use logbus::{
     Assignor, Error, GroupError, RangeAssignor, ReadError, Rebalance, RoundRobinAssignor, Start,
     Topic, TopicConfig,
 };
+
+mod common;
+use common::publish_either_side_of_a_time;
 
 fn topic(partitions: u32) -> Topic<u64> {
     Topic::new("t", TopicConfig::default().partitions(partitions)).unwrap()
@@ -530,16 +533,7 @@ fn push_subscriptions_share_a_group() {
 #[test]
 fn a_member_seeks_its_partitions_to_a_time() {
     let t = topic(4);
-    for i in 0..8 {
-        t.publish(i).unwrap();
-    }
-    let gap = Duration::from_millis(5);
-    thread::sleep(gap);
-    let middle = SystemTime::now();
-    thread::sleep(gap);
-    for i in 8..16 {
-        t.publish(i).unwrap();
-    }
+    let middle = publish_either_side_of_a_time(&t, 8);
     let g = t.group("g").unwrap();
     let mut a = g.join("a").unwrap();
     let _b = g.join("b").unwrap();

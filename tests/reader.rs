@@ -7,6 +7,9 @@ use std::{
 
 use logbus::{Broker, Error, Producers, ReadError, Start, Topic, TopicConfig};
 
+mod common;
+use common::publish_either_side_of_a_time;
+
 fn topic(config: TopicConfig<u64>) -> Topic<u64> {
     Topic::new("t", config).unwrap()
 }
@@ -47,17 +50,7 @@ fn start_positions() {
     for config in both_modes() {
         let t = topic(config);
         let before = SystemTime::now();
-        for i in 0..10 {
-            t.publish(i).unwrap();
-        }
-        // Leave more than the timestamp clock's resolution on both sides of `middle`.
-        let gap = Duration::from_millis(5);
-        thread::sleep(gap);
-        let middle = SystemTime::now();
-        thread::sleep(gap);
-        for i in 10..20 {
-            t.publish(i).unwrap();
-        }
+        let middle = publish_either_side_of_a_time(&t, 10);
         assert_eq!(t.reader(0, Start::Earliest).unwrap().position(), 0);
         assert_eq!(t.reader(0, Start::Latest).unwrap().position(), 20);
         assert_eq!(t.reader(0, Start::Offset(7)).unwrap().position(), 7);

@@ -1242,108 +1242,59 @@ fn run_order(run: usize, n: usize) -> Vec<usize> {
 /// Runs `$f` for each contender, in the order [`run_order`] gives for run `$run`, and returns
 /// what each gave in the list's order.
 macro_rules! each_bus {
-    ($f:ident, $run:expr) => {{
+    ($f:ident, $run:expr) => {
+        each_bus!(@in_order $f, $run;
+            (
+                &Logbus { name: "logbus single producer", config: logbus_single, single: true },
+                true
+            ),
+            (
+                &Logbus {
+                    name: "logbus single producer, ring-like",
+                    config: logbus_ring,
+                    single: true
+                },
+                true
+            ),
+            (
+                &Logbus { name: "logbus multi producer", config: logbus_multi, single: false },
+                true
+            ),
+            (
+                &Logbus {
+                    name: "logbus multi producer, ring-like",
+                    config: logbus_multi_ring,
+                    single: false
+                },
+                true
+            ),
+            (&Disruptor("disruptor BusySpin", disruptor::BusySpin), false),
+            (
+                &Disruptor("disruptor BusySpinWithSpinLoopHint", disruptor::BusySpinWithSpinLoopHint),
+                false
+            ),
+            (
+                &Disruptor("disruptor Sleep(10µs)", disruptor::Sleep::new(Duration::from_micros(10))),
+                false
+            ),
+            (&Channels("crossbeam-channel per subscriber", CrossbeamChannel), false),
+            (&Channels("kanal per subscriber", KanalChannel), false),
+            (&TokioBroadcast, false),
+            (&BusCrate, false),
+            (&MultiQueue, false),
+            (&MutexLog, false)
+        )
+    };
+    (@in_order $f:ident, $run:expr; $(($bus:expr, $ours:expr)),* $(,)?) => {{
         let mut out: Vec<Option<(&'static str, bool, Option<f64>)>> = vec![None; CONTENDERS];
         for pick in run_order($run, CONTENDERS) {
             let mut k = 0usize;
-            if k == pick {
-                out[k] = Some($f!(
-                    &Logbus {
-                        name: "logbus single producer",
-                        config: logbus_single,
-                        single: true
-                    },
-                    true
-                ));
-            }
-            k += 1;
-            if k == pick {
-                out[k] = Some($f!(
-                    &Logbus {
-                        name: "logbus single producer, ring-like",
-                        config: logbus_ring,
-                        single: true
-                    },
-                    true
-                ));
-            }
-            k += 1;
-            if k == pick {
-                out[k] = Some($f!(
-                    &Logbus {
-                        name: "logbus multi producer",
-                        config: logbus_multi,
-                        single: false
-                    },
-                    true
-                ));
-            }
-            k += 1;
-            if k == pick {
-                out[k] = Some($f!(
-                    &Logbus {
-                        name: "logbus multi producer, ring-like",
-                        config: logbus_multi_ring,
-                        single: false
-                    },
-                    true
-                ));
-            }
-            k += 1;
-            if k == pick {
-                out[k] = Some($f!(
-                    &Disruptor("disruptor BusySpin", disruptor::BusySpin),
-                    false
-                ));
-            }
-            k += 1;
-            if k == pick {
-                out[k] = Some($f!(
-                    &Disruptor(
-                        "disruptor BusySpinWithSpinLoopHint",
-                        disruptor::BusySpinWithSpinLoopHint
-                    ),
-                    false
-                ));
-            }
-            k += 1;
-            if k == pick {
-                out[k] = Some($f!(
-                    &Disruptor(
-                        "disruptor Sleep(10µs)",
-                        disruptor::Sleep::new(Duration::from_micros(10))
-                    ),
-                    false
-                ));
-            }
-            k += 1;
-            if k == pick {
-                out[k] = Some($f!(
-                    &Channels("crossbeam-channel per subscriber", CrossbeamChannel),
-                    false
-                ));
-            }
-            k += 1;
-            if k == pick {
-                out[k] = Some($f!(&Channels("kanal per subscriber", KanalChannel), false));
-            }
-            k += 1;
-            if k == pick {
-                out[k] = Some($f!(&TokioBroadcast, false));
-            }
-            k += 1;
-            if k == pick {
-                out[k] = Some($f!(&BusCrate, false));
-            }
-            k += 1;
-            if k == pick {
-                out[k] = Some($f!(&MultiQueue, false));
-            }
-            k += 1;
-            if k == pick {
-                out[k] = Some($f!(&MutexLog, false));
-            }
-            k += 1;
+            $(
+                if k == pick {
+                    out[k] = Some($f!($bus, $ours));
+                }
+                k += 1;
+            )*
             debug_assert_eq!(k, CONTENDERS);
         }
         out.into_iter()
