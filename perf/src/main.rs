@@ -1237,7 +1237,7 @@ fn run_order(run: usize, n: usize) -> Vec<usize> {
 }
 
 /// Runs `$f` for each contender, in the order [`run_order`] gives for run `$run`, and returns
-/// what each gave in the list's order.
+/// what each gave (whatever `$f` gives: a figure, or a latency run's five) in the list's order.
 macro_rules! each_bus {
     ($f:ident, $run:expr) => {
         each_bus!(@in_order $f, $run;
@@ -1284,7 +1284,8 @@ macro_rules! each_bus {
     };
     (@in_order $f:ident, $run:expr; $(($bus:expr, $ours:expr)),* $(,)?) => {{
         const N: usize = [$(stringify!($bus)),*].len();
-        let mut out: Vec<Option<(&'static str, bool, Option<f64>)>> = vec![None; N];
+        // The element type is `$f`'s, inferred from the assignments below.
+        let mut out: Vec<Option<_>> = (0..N).map(|_| None).collect();
         for pick in run_order($run, N) {
             let mut k = 0usize;
             $(
@@ -1563,19 +1564,7 @@ fn main() {
                         (bus.name(), $ours, v)
                     }};
                 }
-                // `each_bus!` collects `Option<f64>`; latency needs five numbers, so keep them aside.
-                let mut five: Vec<(&'static str, bool, Option<[f64; 5]>)> = Vec::new();
-                macro_rules! go_f {
-                    ($bus:expr, $ours:expr) => {{
-                        let (n, ours, v) = go!($bus, $ours);
-                        five.push((n, ours, v));
-                        (n, ours, None)
-                    }};
-                }
-                let listed = each_bus!(go_f, run);
-                // `five` is in the order they ran: put it in the list's.
-                five.sort_by_key(|(n, _, _)| listed.iter().position(|(m, _, _)| m == n));
-                for (k, (name, ours, v)) in five.into_iter().enumerate() {
+                for (k, (name, ours, v)) in each_bus!(go, run).into_iter().enumerate() {
                     if run == 0 {
                         rows.push((name, ours, Vec::new()));
                     }
