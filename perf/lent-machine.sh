@@ -33,6 +33,12 @@ static_build() {
     cp "$1/x86_64-unknown-linux-gnu/release/logbus-perf" "$root/.devbin/$2"
 }
 root=$PWD
+# The experiment binaries built by build-b and build-patch (not their .rev notes), one a line.
+experiments() {
+    for b in "$bin"-*; do
+        if [ -x "$b" ] && [ "${b%.rev}" = "$b" ]; then echo "$b"; fi
+    done
+}
 case "${1:-}" in
 build)
     static_build "$root/target/static" logbus-perf || exit
@@ -66,10 +72,7 @@ ab)
     out=${OUT:-/tmp}
     shift
     [ $# -gt 0 ] || set -- tput --only "multi producer, ring-like;Sleep;zzz" --runs 3
-    bins=("$bin")
-    for b in "$bin"-*; do
-        [ -x "$b" ] && [ "${b%.rev}" = "$b" ] && bins+=("$b")
-    done
+    mapfile -t bins < <(echo "$bin"; experiments)
     for b in "${bins[@]:1}"; do
         echo "=== $b: $(cat "$b.rev" 2>/dev/null)" | tee -a "$out/ab.md"
     done
@@ -94,8 +97,8 @@ run)
         echo "=== $* ($(date -u +%T))" | tee -a "$out/perf.md"
         timeout "$limit" "$bin" "$@" --no-wait --only "$only" 2>&1 | tee -a "$out/perf.md"
     }
-    experiments=$(find .devbin -maxdepth 1 -name 'logbus-perf-*' ! -name '*.rev' | wc -l)
-    [ "$experiments" -gt 0 ] && timeout $((120 * experiments)) "$0" ab
+    count=$(experiments | wc -l)
+    [ "$count" -gt 0 ] && timeout $((120 * count)) "$0" ab
     fast="logbus;disruptor;zzz"
     scenario 90 "$fast" tput --runs 5
     scenario 60 "$fast" lat --runs 5
