@@ -20,32 +20,56 @@ use std::{hint::black_box, process::ExitCode, sync::mpsc};
 
 use logbus::{Overflow, Producers, Record, Start, Topic, TopicConfig};
 
-/// The paths, with what each one counts.
-const PATHS: [(&str, &str); 10] = [
-    ("publish", "Producer::publish, single producer, no reader"),
+/// One path: its name, what it counts, and how it runs over `n` records.
+type PathEntry = (&'static str, &'static str, fn(u64));
+
+/// The paths: the only list of them (`count paths` prints it for the scripts).
+const PATHS: [PathEntry; 10] = [
+    (
+        "publish",
+        "Producer::publish, single producer, no reader",
+        |n| measure_publish(&topic(Producers::Single), n),
+    ),
     (
         "multi-publish",
         "Producer::publish on the default topic (many producers), no reader",
+        |n| measure_publish(&topic(Producers::Multi), n),
     ),
     (
         "ring-publish",
         "the same into the harness's ring-like topic (no timestamps)",
+        |n| measure_publish(&ring(Producers::Single), n),
     ),
     (
         "ring-multi-publish",
         "the same into the harness's many-producer ring-like topic",
+        |n| measure_publish(&ring(Producers::Multi), n),
     ),
-    ("topic-publish", "Topic::publish, many producers, no reader"),
-    ("read", "Reader::next over records already published"),
+    (
+        "topic-publish",
+        "Topic::publish, many producers, no reader",
+        |n| measure_topic_publish(&topic(Producers::Multi), n),
+    ),
+    ("read", "Reader::next over records already published", |n| {
+        assert_sum(measure_read(&published(n), n), n)
+    }),
     (
         "multi-read",
         "the same on the default topic (many producers: a stamp a slot)",
+        |n| assert_sum(measure_read(&published_by(Producers::Multi, n), n), n),
     ),
-    ("read-batch", "Reader::next_batch(256), summing the values"),
-    ("poll", "Consumer::poll(256) and a commit per poll"),
+    (
+        "read-batch",
+        "Reader::next_batch(256), summing the values",
+        |n| assert_sum(measure_read_batch(&published(n), n), n),
+    ),
+    ("poll", "Consumer::poll(256) and a commit per poll", |n| {
+        assert_sum(measure_poll(&published(n), n), n)
+    }),
     (
         "subscription",
         "a subscription's loop, a handler that counts",
+        |n| subscription(&published(n), n),
     ),
 ];
 
@@ -151,7 +175,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if let [only] = &args[..] {
         if only == "paths" {
-            for (name, _) in PATHS {
+            for (name, _, _) in PATHS {
                 println!("{name}");
             }
             return ExitCode::SUCCESS;
@@ -164,18 +188,9 @@ fn main() -> ExitCode {
         },
         _ => return usage("expected PATH RECORDS"),
     };
-    match path {
-        "publish" => measure_publish(&topic(Producers::Single), n),
-        "multi-publish" => measure_publish(&topic(Producers::Multi), n),
-        "ring-publish" => measure_publish(&ring(Producers::Single), n),
-        "ring-multi-publish" => measure_publish(&ring(Producers::Multi), n),
-        "topic-publish" => measure_topic_publish(&topic(Producers::Multi), n),
-        "read" => assert_sum(measure_read(&published(n), n), n),
-        "multi-read" => assert_sum(measure_read(&published_by(Producers::Multi, n), n), n),
-        "read-batch" => assert_sum(measure_read_batch(&published(n), n), n),
-        "poll" => assert_sum(measure_poll(&published(n), n), n),
-        "subscription" => subscription(&published(n), n),
-        _ => return usage(&format!("no path {path:?}")),
+    match PATHS.iter().find(|(name, _, _)| *name == path) {
+        Some((_, _, run)) => run(n),
+        None => return usage(&format!("no path {path:?}")),
     }
     ExitCode::SUCCESS
 }
@@ -187,8 +202,12 @@ fn assert_sum(sum: u64, n: u64) {
 
 fn usage(why: &str) -> ExitCode {
     eprintln!("count: {why}\nusage: count PATH RECORDS | count paths\npaths:");
-    let width = PATHS.iter().map(|(name, _)| name.len()).max().unwrap_or(0);
-    for (name, what) in PATHS {
+    let width = PATHS
+        .iter()
+        .map(|(name, _, _)| name.len())
+        .max()
+        .unwrap_or(0);
+    for (name, what, _) in PATHS {
         eprintln!("  {name:<width$} {what}");
     }
     ExitCode::from(2)
