@@ -7,7 +7,7 @@
 //! hold back the reclamation other tests in the same process wait for.
 
 use std::{
-    sync::{Arc, Mutex, MutexGuard},
+    sync::{Arc, Mutex, MutexGuard, OnceLock},
     thread,
     time::Duration,
 };
@@ -69,14 +69,16 @@ fn values_dropped_by_retention_may_publish_into_their_own_topic() {
         (Producers::Multi, Via::Producer, 2),
         (Producers::Single, Via::Topic, 1),
     ];
-    for (producers, via, threads) in cases {
+    // Statics: the records refer to their topic, which lives as long as the test binary (and
+    // stays reachable, so a leak checker does not count it).
+    static HOMES: [OnceLock<Topic<Echoing>>; 3] = [const { OnceLock::new() }; 3];
+    for ((producers, via, threads), home) in cases.into_iter().zip(&HOMES) {
         let config = TopicConfig::default()
             .producers(producers)
             .segment_size(2)
             .max_records(2);
-        // Leaked: the records refer to their topic, which lives as long as the test binary.
         let home: &'static Topic<Echoing> =
-            Box::leak(Box::new(Topic::new("echoing", config).unwrap()));
+            home.get_or_init(|| Topic::new("echoing", config).unwrap());
         let each = if small() { 2_000 } else { 20_000u64 };
         let total = threads * each;
         let tally = Arc::new(Tally::default());
@@ -128,26 +130,72 @@ fn values_dropped_by_retention_may_publish_into_their_own_topic() {
     }
 }
 
-/// A value whose `Drop` panics once (the value with id `ARMED`).
+/// A value whose `Drop` counts itself, then panics if it is armed.
 struct Bomb {
     id: u64,
     drops: Arc<Mutex<Vec<u32>>>,
+    armed: bool,
 }
 
-const ARMED: u64 = 10;
+/// The ids `publish_bombs` arms: two neighbours, so that with segments of 2 (or any even size)
+/// both panics come from one segment's drop.
+const ARMED: [u64; 2] = [10, 11];
 
 impl Drop for Bomb {
     fn drop(&mut self) {
         lock(&self.drops)[self.id as usize] += 1;
-        if self.id == ARMED {
-            panic!("the application's Drop panics");
+        if self.armed {
+            panic!("the application's Drop panics ({})", self.id);
         }
     }
 }
 
+/// `n` bombs with ids from 0, those in `armed` armed, sharing one drop count.
+fn bombs(n: u64, armed: &[u64]) -> (Vec<Bomb>, Arc<Mutex<Vec<u32>>>) {
+    let drops = Arc::new(Mutex::new(vec![0u32; n as usize]));
+    let values = (0..n)
+        .map(|id| Bomb {
+            id,
+            drops: drops.clone(),
+            armed: armed.contains(&id),
+        })
+        .collect();
+    (values, drops)
+}
+
+/// Waits (boundedly: values trimmed last come back through the epoch, which another test's
+/// thread may hold back a while) until each of the first `total` ids has been dropped, then
+/// asserts each was dropped exactly once (I4).
+fn assert_each_dropped_once(drops: &Mutex<Vec<u32>>, total: u64, case: &str) {
+    let never = |drops: &[u32]| drops[..total as usize].iter().filter(|&&d| d == 0).count();
+    for _ in 0..200 {
+        if never(&lock(drops)) == 0 {
+            break;
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+    let drops = lock(drops);
+    let wrong: Vec<(usize, u32)> = (drops[..total as usize].iter().copied().enumerate())
+        .filter(|&(_, d)| d != 1)
+        .take(10)
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "{case}: (id, drops) not dropped once: {wrong:?}"
+    );
+}
+
+/// The message of a panic caught from the application's `Drop`.
+fn message(payload: &(dyn std::any::Any + Send)) -> String {
+    (payload.downcast_ref::<String>().cloned())
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
 /// Retention drops values after a publish, on the publishing thread: a `Drop` that panics there
-/// reaches that publish's caller (the record is published by then). No value is dropped twice,
-/// and the topic goes on working: a publish that claimed the single-producer role for the call
+/// reaches that publish's caller (the record is published by then), once, though two values of
+/// the segment panic. Like a `Vec`'s, the drop goes on past a panic: every value is dropped exactly
+/// once. The topic goes on working: a publish that claimed the single-producer role for the call
 /// (byte retention takes that path) gives it back as it unwinds.
 #[test]
 fn a_panicking_drop_reaches_the_publisher_and_breaks_nothing() {
@@ -173,28 +221,7 @@ fn a_panicking_drop_reaches_the_publisher_and_breaks_nothing() {
         );
         assert_eq!(panics, 1, "{producers:?} bytes {by_bytes}");
         drop(t);
-        // Dropping the topic waits (boundedly) for its trimmed segments; give the epoch longer.
-        let never = |drops: &[u32]| drops[..total as usize].iter().filter(|&&d| d == 0).count();
-        for _ in 0..200 {
-            if never(&lock(&drops)) <= 1 {
-                break;
-            }
-            thread::sleep(Duration::from_millis(5));
-        }
-        let drops = lock(&drops);
-        assert_eq!(drops[ARMED as usize], 1, "{producers:?} bytes {by_bytes}");
-        let twice: Vec<usize> = (0..drops.len()).filter(|&i| drops[i] > 1).collect();
-        assert!(
-            twice.is_empty(),
-            "{producers:?} bytes {by_bytes}: dropped twice {twice:?}"
-        );
-        // A panic leaves at most the rest of its segment undropped (leaked, as `Vec` would not,
-        // but never twice); everything else is dropped once the topic goes.
-        let missed = never(&drops);
-        assert!(
-            missed <= 1,
-            "{producers:?} bytes {by_bytes}: {missed} never dropped"
-        );
+        assert_each_dropped_once(&drops, total, &format!("{producers:?} bytes {by_bytes}"));
     }
 }
 
@@ -240,7 +267,7 @@ fn a_panicking_drop_leaves_a_producer_in_place() {
         let mut p = t.producer().unwrap();
         // Single records and batches of one in turn: a batch goes through the producer's other
         // calls into the log, after which it takes its place again.
-        let (total, panics, _) = publish_bombs(
+        let (total, panics, drops) = publish_bombs(
             |id, value| {
                 if id % 2 == 0 {
                     p.publish(value)
@@ -264,18 +291,68 @@ fn a_panicking_drop_leaves_a_producer_in_place() {
         let value = Bomb {
             id: total,
             drops: Arc::new(Mutex::new(vec![0u32; total as usize + 1])),
+            armed: false,
         };
         assert_eq!(p.publish(value).unwrap().offset, total, "{case}");
         t.close();
         if let Some(reader) = reader {
             assert_eq!(reader.join().unwrap(), total + 1, "{case}");
         }
+        drop((p, t));
+        assert_each_dropped_once(&drops, total, &case);
     }
 }
 
-/// Publishes `Bomb`s with ids 0, 1, … through `publish`, catching the armed one's panic: at least
-/// 2,000 (200 under memcheck), and on until the armed value was dropped (its segment comes back
-/// through the epoch, which other tests' threads may hold back a while). `check` gets each publish
+/// The last handle of a topic drops the values it retains. Two of them panic: every value is
+/// still dropped exactly once, and the first panic reaches the code that dropped the handle, as
+/// from a `Vec`. Both kinds of segment: stamped (many producers) and filled up to a count (a
+/// single producer without timestamps).
+#[test]
+fn dropping_a_topic_drops_every_value_though_drops_panic() {
+    for producers in [Producers::Multi, Producers::Single] {
+        let config = TopicConfig::default()
+            .producers(producers)
+            .timestamps(false)
+            .segment_size(4);
+        let t = Topic::<Bomb>::new("bombs", config).unwrap();
+        let (values, drops) = bombs(10, &[5, 6]);
+        for value in values {
+            t.publish(value).unwrap();
+        }
+        let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(t)));
+        let panic = dropped.expect_err("the Drop's panic reaches whoever dropped the topic");
+        assert_eq!(
+            message(&*panic),
+            "the application's Drop panics (5)",
+            "{producers:?}: the first panic"
+        );
+        assert_each_dropped_once(&drops, 10, &format!("{producers:?}"));
+    }
+}
+
+/// A topic dropped as its thread unwinds from another panic: its values are dropped, each once,
+/// and a `Drop` that panics meanwhile does not abort the process (a second panic leaving a drop
+/// would). The thread's own panic is the one its join reports.
+#[test]
+fn a_topic_dropped_while_unwinding_drops_every_value() {
+    let t = Topic::<Bomb>::new("bombs", TopicConfig::default().segment_size(4)).unwrap();
+    let (values, drops) = bombs(10, &[5]);
+    for value in values {
+        t.publish(value).unwrap();
+    }
+    let joined = thread::spawn(move || {
+        let _held = t;
+        panic!("the application's own panic");
+    })
+    .join();
+    let panic = joined.expect_err("the thread panicked");
+    assert_eq!(message(&*panic), "the application's own panic");
+    assert_each_dropped_once(&drops, 10, "dropped while unwinding");
+}
+
+/// Publishes `Bomb`s with ids 0, 1, … through `publish`, catching the panics of the armed ones
+/// ([`ARMED`]): at least 2,000 (200 under memcheck), and on until the armed values were dropped
+/// (their segment comes back through the epoch, which other tests' threads may hold back a while). `check` gets each publish
 /// that returned, with its id, outside the catch. Returns how many were published, how many
 /// publishes panicked, and each id's drop count.
 fn publish_bombs<R>(
@@ -286,12 +363,14 @@ fn publish_bombs<R>(
     let drops = Arc::new(Mutex::new(vec![0u32; most as usize]));
     let mut panics = 0;
     let mut total = 0;
-    while total < least || (lock(&drops)[ARMED as usize] == 0 && total < most) {
+    let armed_dropped = |drops: &[u32]| ARMED.iter().all(|&id| drops[id as usize] > 0);
+    while total < least || (!armed_dropped(&lock(&drops)) && total < most) {
         let id = total;
         total += 1;
         let value = Bomb {
             id,
             drops: drops.clone(),
+            armed: ARMED.contains(&id),
         };
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| publish(id, value))) {
             Ok(result) => check(id, result),

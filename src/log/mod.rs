@@ -85,7 +85,7 @@ use crate::{
     },
 };
 use directory::Directory;
-use segment::{bar_user_code, Meta, Pool, SegRef, Segment};
+use segment::{bar_user_code, resume_unless_unwinding, Meta, Pool, SegRef, Segment};
 
 /// `tail` bit 63: the log is closed; reservations that see it fail.
 const TAIL_CLOSED: u64 = 1 << 63;
@@ -2272,12 +2272,15 @@ impl<T: Send + Sync + 'static> Log<T> {
     }
 
     /// Drops the values of retired segments (the application's `Drop`). Clears [`TO_DROP`] first,
-    /// so a segment retired meanwhile is found at the next `prepare`.
+    /// so a segment retired meanwhile is found at the next `prepare`. A `Drop` that panics reaches
+    /// the caller once every retired value is dropped.
     #[cold]
     fn drop_retired(&self) {
         // Relaxed: see Orderings (`TO_DROP`).
         self.state.fetch_and(!TO_DROP, Ordering::Relaxed);
-        self.pool.drop_retired();
+        if let Err(p) = self.pool.drop_retired() {
+            std::panic::resume_unwind(p);
+        }
     }
 
     /// The wake-up and close part of [`Log::after_publish_slow`]; runs no user code.
@@ -2432,9 +2435,11 @@ impl<T> Drop for Log<T> {
         } else {
             2
         };
+        // A `Drop` that panics stops nothing here either: the first panic is resumed at the end.
+        let mut dropped = Ok(());
         for round in 0..rounds {
             self.epoch.pin().flush();
-            self.pool.drop_retired();
+            dropped = dropped.and(self.pool.drop_retired());
             if self.pool.lent() == 0 {
                 break;
             }
@@ -2446,6 +2451,7 @@ impl<T> Drop for Log<T> {
                 std::thread::sleep(DROP_WAIT / DROP_NAPS);
             }
         }
+        resume_unless_unwinding(dropped);
     }
 }
 

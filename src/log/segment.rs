@@ -59,6 +59,7 @@
 //!   (allocated zeroed, cleared when the segment is taken from the pool).
 
 use std::mem::MaybeUninit;
+use std::panic::{self, AssertUnwindSafe};
 use std::ptr::NonNull;
 
 use crate::clock;
@@ -677,41 +678,59 @@ impl<T> Segment<T> {
 
     /// Drops every initialized value (once: the slots are then considered empty).
     ///
+    /// A `Drop` that panics does not stop the others: like a `Vec`'s, every value is dropped,
+    /// and the first panic is handed back for the caller to resume where the application's code
+    /// may see it.
+    ///
     /// Debug builds panic if the thread is in a place where the application's code must not run
     /// ([`bar_user_code`]) and there is a value to drop.
-    fn drop_values(&mut self) {
-        self.drop_values_checked(true);
+    fn drop_values(&mut self) -> Result<(), Panic> {
+        self.drop_values_checked(true)
     }
 
     /// [`Segment::drop_values`]; `check` says whether to make its debug check.
-    fn drop_values_checked(&mut self, check: bool) {
+    fn drop_values_checked(&mut self, check: bool) -> Result<(), Panic> {
         if !std::mem::needs_drop::<T>() {
-            return;
+            return Ok(());
         }
         let stamped = !self.stamps.is_empty();
-        // Each mark is cleared before its value is dropped: a `Drop` that panics leaves the values
-        // after it leaked (the segment is then freed as it unwinds), never dropped twice.
         // Relaxed: we own the segment exclusively, after the Acquire fence in `release`.
         let filled = self.filled.swap(0, Ordering::Relaxed);
-        for i in 0..self.values.len() {
-            let present = if stamped {
-                // Relaxed: as for `filled`.
-                self.stamps[i].swap(0, Ordering::Relaxed) != 0
-            } else {
-                i < filled
-            };
-            if present {
-                assert!(
-                    !(check && user_code_barred()),
-                    "a segment's values dropped where the application's code must not run (I6)"
-                );
-                self.values[i].with_mut(|p| {
-                    // SAFETY: the slot was published (stamp or fill count) so it is initialized; we
-                    // own the segment exclusively and cleared its mark above, so no double drop.
-                    unsafe { (*p).assume_init_drop() };
-                });
+        let len = self.values.len();
+        let mut first_panic = None;
+        let mut next = 0;
+        // Each mark is cleared, and `next` moved past its slot, before the value is dropped: after
+        // a panic the scan resumes at the next slot, and nothing is dropped twice.
+        while next < len {
+            let scan = panic::catch_unwind(AssertUnwindSafe(|| {
+                while next < len {
+                    let i = next;
+                    next += 1;
+                    let present = if stamped {
+                        // Relaxed: as for `filled`.
+                        self.stamps[i].swap(0, Ordering::Relaxed) != 0
+                    } else {
+                        i < filled
+                    };
+                    if present {
+                        assert!(
+                            !(check && user_code_barred()),
+                            "a segment's values dropped where the application's code must not run (I6)"
+                        );
+                        self.values[i].with_mut(|p| {
+                            // SAFETY: the slot was published (stamp or fill count) so it is
+                            // initialized; we own the segment exclusively and cleared its mark (or
+                            // passed it in `next`) above, so no double drop.
+                            unsafe { (*p).assume_init_drop() };
+                        });
+                    }
+                }
+            }));
+            if let Err(p) = scan {
+                first_panic.get_or_insert(p);
             }
         }
+        first_panic.map_or(Ok(()), Err)
     }
 }
 
@@ -721,7 +740,7 @@ impl<T> Drop for Segment<T> {
         // and `filled`/stamps say so). A retired one still holds them when its pool goes with its
         // log before a publisher got to them; then this is the only place left to drop them,
         // unchecked (see `Log`'s `Drop`, which makes that rare).
-        self.drop_values_checked(false);
+        let dropped = self.drop_values_checked(false);
         let len = self.len();
         // Relaxed: `&mut self`, nobody else can reach the segment.
         // SAFETY: each is null or a boxed slice of `len` cells (allocated in `array_or_allocate`,
@@ -730,6 +749,21 @@ impl<T> Drop for Segment<T> {
             free_array(self.keys.load(Ordering::Relaxed), len);
             free_array(self.wide.load(Ordering::Relaxed), len);
             free_array(self.times.load(Ordering::Relaxed), len);
+        }
+        resume_unless_unwinding(dropped);
+    }
+}
+
+/// A panic caught from the application's `Drop`, kept to be resumed where its code may run.
+pub(crate) type Panic = Box<dyn std::any::Any + Send>;
+
+/// Resumes the panic in `dropped`, if any, unless this thread is already unwinding from another:
+/// a second panic leaving a `Drop` there would abort the process, so the values are dropped and
+/// this panic goes unreported.
+pub(crate) fn resume_unless_unwinding(dropped: Result<(), Panic>) {
+    if let Err(p) = dropped {
+        if !std::thread::panicking() {
+            panic::resume_unwind(p);
         }
     }
 }
@@ -954,17 +988,19 @@ impl<T> Pool<T> {
     /// Drops the values of the segments retired so far and makes them spare. The values are the
     /// application's: call it only where its code may run (after a publish, holding no lock).
     ///
-    /// The segments count as back before any value is dropped: if a `Drop` panics, the ones not
-    /// reached yet are freed as the panic unwinds (their values dropped there, unchecked), and the
-    /// log's `Drop` must not wait for them.
-    pub(crate) fn drop_retired(&self) {
+    /// A `Drop` that panics stops nothing: every value is dropped and every segment made spare,
+    /// and the first panic is returned for the caller to resume.
+    pub(crate) fn drop_retired(&self) -> Result<(), Panic> {
         let retired = std::mem::take(&mut *lock(&self.retired));
         // Relaxed: see `put`.
         self.lent.fetch_sub(retired.len(), Ordering::Relaxed);
+        let mut dropped = Ok(());
         for mut seg in retired {
-            seg.drop_values();
+            let this = seg.drop_values();
+            dropped = dropped.and(this);
             self.keep_spare(seg);
         }
+        dropped
     }
 
     /// How many segments are out of the pool (installed, or held by a reader, a producer or a
