@@ -322,6 +322,10 @@ impl<T: Send + Sync + 'static> Group<T> {
     }
 
     /// The assignment strategy, applied from the next join or leave (default [`RangeAssignor`]).
+    ///
+    /// The topic keeps the assignor as long as the topic lives. An assignor that holds a handle
+    /// of this group or its topic therefore keeps the topic, and what it retains, alive for good
+    /// (a reference cycle, as with any `Arc`); set another assignor to end it.
     pub fn set_assignor(&self, assignor: impl Assignor + 'static) {
         let new = Arc::new(Box::new(assignor) as Box<dyn Assignor>);
         let old = std::mem::replace(&mut lock(&self.shared.state).assignor, new);
