@@ -7,16 +7,19 @@
 //!
 //! On x86_64 with an invariant TSC (the kernel's clocksource is `tsc`), records are stamped by
 //! extrapolating the TSC (~9 ns to read here) from a per-thread anchor: a pair (TSC, wall clock)
-//! taken with `SystemTime::now()`, refreshed every [`REANCHOR_NS`] (10 ms), with the tick rate
-//! calibrated against the wall clock and shared by all threads. Between anchors the error is the
-//! rate error times 10 ms, well under a microsecond; [`TOLERANCE_NANOS`] is what
-//! `Start::Timestamp` allows for. Elsewhere the precise clock is read every time.
+//! taken with `SystemTime::now()`, refreshed every [`REANCHOR_NS`] (1 ms; ~0.1 µs a refresh),
+//! with the tick rate calibrated against the monotonic clock and shared by all threads. Between
+//! anchors the error is the rate error times 1 ms, well under a microsecond; [`TOLERANCE_NANOS`]
+//! is what `Start::Timestamp` allows for. A step of the wall clock (NTP stepping it, someone
+//! setting it) reaches the stamps at each thread's next refresh, so for up to 1 ms stamps are off
+//! by the step. Elsewhere the precise clock is read every time.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// How long a thread's anchor is used before it is refreshed from the wall clock.
+/// How long a thread's anchor is used before it is refreshed from the wall clock: how long a
+/// step of the wall clock may take to reach the stamps.
 #[cfg_attr(any(loom, not(target_arch = "x86_64")), allow(dead_code))]
-pub(crate) const REANCHOR_NS: u64 = 10_000_000;
+pub(crate) const REANCHOR_NS: u64 = 1_000_000;
 
 /// How far a stamp may be from the wall clock (generous: the measured error is far smaller).
 pub(crate) const TOLERANCE_NANOS: u64 = 100_000;
@@ -63,19 +66,20 @@ pub(crate) fn from_nanos(n: u64) -> SystemTime {
 
 #[cfg(all(target_arch = "x86_64", not(loom)))]
 mod tsc {
-    use std::{cell::Cell, sync::OnceLock};
+    use std::{cell::Cell, sync::OnceLock, time::Instant};
 
     use super::{precise_nanos, REANCHOR_NS};
 
-    /// The widest TSC bracket around a wall-clock read that is used as an anchor: 2–10 µs at
-    /// 1–5 GHz, where the read itself takes ~30 ns.
+    /// The widest TSC bracket around a clock read that is used: 2–10 µs at 1–5 GHz, where the
+    /// read itself takes ~30 ns.
     const BRACKET_TICKS: u64 = 10_000;
 
     /// How many times a wide bracket is read again before the anchor is left as it was.
     const BRACKET_TRIES: u32 = 3;
 
-    /// Shortest span over which a tick rate is measured (1 ms: the wall clock's ~30 ns read jitter
-    /// is then 30 ppm at most, and each re-anchor refines it).
+    /// Shortest span of the monotonic clock over which a tick rate is measured (1 ms: placing a
+    /// read within a typical bracket, ~100 ticks, is then off by 20 ppm at most, and each later
+    /// span refines the rate).
     const CALIBRATE_NS: u64 = 1_000_000;
 
     /// One thread's anchor.
@@ -92,24 +96,18 @@ mod tsc {
     /// A thread's anchor, one cell per field: a read loads just the fields it uses, straight
     /// from thread-local storage. (One `Cell<Anchor>` was copied whole to the stack on every read,
     /// two 16-byte stores then 8-byte loads from them, which a store buffer does not always
-    /// forward.)
+    /// forward.) Beside it, the point the thread's next rate is measured from.
     struct AnchorCell {
         tsc: Cell<u64>,
         nanos: Cell<u64>,
         rate_q32: Cell<u64>,
         horizon: Cell<u64>,
+        /// A TSC reading and the monotonic clock's time at it (`None` before the first).
+        since_tsc: Cell<u64>,
+        since: Cell<Option<Instant>>,
     }
 
     impl AnchorCell {
-        fn get(&self) -> Anchor {
-            Anchor {
-                tsc: self.tsc.get(),
-                nanos: self.nanos.get(),
-                rate_q32: self.rate_q32.get(),
-                horizon: self.horizon.get(),
-            }
-        }
-
         fn set(&self, a: Anchor) {
             self.tsc.set(a.tsc);
             self.nanos.set(a.nanos);
@@ -125,6 +123,8 @@ mod tsc {
                 nanos: Cell::new(0),
                 rate_q32: Cell::new(0),
                 horizon: Cell::new(0),
+                since_tsc: Cell::new(0),
+                since: Cell::new(None),
             }
         };
     }
@@ -152,7 +152,7 @@ mod tsc {
     #[inline]
     pub(super) fn now() -> Option<u64> {
         let tsc = rdtsc();
-        ANCHOR.with(|cell| anchored(cell, tsc).or_else(|| reanchor(cell, cell.get())))
+        ANCHOR.with(|cell| anchored(cell, tsc).or_else(|| reanchor(cell)))
     }
 
     /// [`now`] where the anchor is fresh, else `None`.
@@ -176,53 +176,67 @@ mod tsc {
     }
 
     #[cold]
-    fn reanchor(cell: &AnchorCell, old: Anchor) -> Option<u64> {
+    fn reanchor(cell: &AnchorCell) -> Option<u64> {
         if !usable() {
             return None;
         }
-        // Bracket the wall-clock read with two TSC reads and use their midpoint. A thread
-        // descheduled inside the bracket would put the anchor off by up to half the gap (a 1 ms
-        // preemption on a busy 2-vCPU VM put stamps 0.5 ms early, past `TOLERANCE_NANOS`), so a
-        // wide bracket is read again; if every try is wide, the last wall-clock read (precise by
-        // itself) is returned and the old anchor kept, so the next stamp tries again.
+        // Read the wall clock, then the monotonic clock, each between two TSC reads, and place
+        // each read at its bracket's midpoint. A thread descheduled inside a bracket would put
+        // the read off by up to half the gap (a 1 ms preemption on a busy 2-vCPU VM put stamps
+        // 0.5 ms early, past `TOLERANCE_NANOS`), so a wide bracket is read again; if every try is
+        // wide, the last wall-clock read (precise by itself) is returned and the old anchor
+        // kept, so the next stamp tries again.
         let mut tries = 0;
-        let (tsc, nanos) = loop {
+        let (tsc, nanos, mono_tsc, mono) = loop {
             let t0 = rdtsc();
             let nanos = precise_nanos();
-            let gap = rdtsc().wrapping_sub(t0); // huge if the counter went back (another core's)
-            if gap <= BRACKET_TICKS {
-                break (t0 + gap / 2, nanos);
+            let t1 = rdtsc();
+            let mono = Instant::now();
+            let t2 = rdtsc();
+            // Huge if the counter went back (another core's).
+            let (wall_gap, mono_gap) = (t1.wrapping_sub(t0), t2.wrapping_sub(t1));
+            if wall_gap <= BRACKET_TICKS && mono_gap <= BRACKET_TICKS {
+                break (t0 + wall_gap / 2, nanos, t1 + mono_gap / 2, mono);
             }
             tries += 1;
             if tries == BRACKET_TRIES {
                 return Some(nanos);
             }
         };
-        let mut rate = old.rate_q32;
-        let span_ns = nanos.saturating_sub(old.nanos);
-        let span_ticks = tsc.wrapping_sub(old.tsc);
-        if old.tsc != 0 && span_ns >= CALIBRATE_NS && span_ticks > 0 && tsc > old.tsc {
-            let measured = ((u128::from(span_ns) << 32) / u128::from(span_ticks)) as u64;
-            rate = if rate == 0 {
-                measured
-            } else {
-                (rate * 3 + measured) / 4
-            };
-            let _ = SHARED_RATE.set(rate);
-        } else if rate == 0 {
+        // The rate is measured against the monotonic clock: the kernel slews it as it slews the
+        // wall clock (NTP's frequency corrections), but never steps it. Measured against the
+        // wall clock, a step (NTP stepping it, someone setting it) counted as elapsed time: a
+        // guest whose wall clock stepped 0.5 ms ahead every 100 ms got rates 5% off, and stamps
+        // 0.5 ms off within one anchor.
+        let mut rate = cell.rate_q32.get();
+        match cell.since.get() {
+            Some(since) => {
+                let span_ns = mono.saturating_duration_since(since).as_nanos();
+                let since_tsc = cell.since_tsc.get();
+                if span_ns >= u128::from(CALIBRATE_NS) && mono_tsc > since_tsc {
+                    let span_ticks = u128::from(mono_tsc - since_tsc);
+                    let measured = ((span_ns << 32) / span_ticks) as u64;
+                    rate = if rate == 0 {
+                        measured
+                    } else {
+                        (rate * 3 + measured) / 4
+                    };
+                    let _ = SHARED_RATE.set(rate);
+                    cell.since_tsc.set(mono_tsc);
+                    cell.since.set(Some(mono));
+                }
+            }
+            None => {
+                cell.since_tsc.set(mono_tsc);
+                cell.since.set(Some(mono));
+            }
+        }
+        if rate == 0 {
             rate = SHARED_RATE.get().copied().unwrap_or(0);
         }
         if rate == 0 {
-            // Not calibrated yet: keep the first anchor until a long enough span has passed, and
-            // report the precise wall clock meanwhile.
-            if old.tsc == 0 {
-                cell.set(Anchor {
-                    tsc,
-                    nanos,
-                    rate_q32: 0,
-                    horizon: 0,
-                });
-            }
+            // Not calibrated yet: report the precise wall clock until a long enough span has
+            // passed.
             return Some(nanos);
         }
         let horizon = ((u128::from(REANCHOR_NS) << 32) / u128::from(rate)) as u64;
@@ -238,22 +252,71 @@ mod tsc {
 
 #[cfg(test)]
 mod tests {
+    use std::{collections::VecDeque, time::Instant};
+
     use super::*;
+
+    /// How far the wall clock stepped lately, against the monotonic clock, which is never
+    /// stepped: the spread of their difference over the samples of the last few anchor
+    /// refreshes. A stamp may be off by that much, besides [`TOLERANCE_NANOS`], until its thread's
+    /// anchor is refreshed. About 0 where nothing steps the wall clock (one sandbox here stepped
+    /// it 0.5 ms ahead every 100 ms); a thread preempted between the two reads only widens it.
+    struct Steps {
+        base: Instant,
+        seen: VecDeque<(u64, i128)>,
+    }
+
+    impl Steps {
+        const WINDOW_NS: u64 = 3 * REANCHOR_NS;
+
+        fn new() -> Self {
+            Steps {
+                base: Instant::now(),
+                seen: VecDeque::new(),
+            }
+        }
+
+        /// Samples the difference now; returns the spread over the window.
+        fn sample(&mut self) -> u64 {
+            let mono = self.base.elapsed().as_nanos() as u64;
+            let offset = i128::from(precise_nanos()) - i128::from(mono);
+            self.seen.push_back((mono, offset));
+            while self
+                .seen
+                .front()
+                .is_some_and(|&(t, _)| t + Self::WINDOW_NS < mono)
+            {
+                self.seen.pop_front();
+            }
+            let offsets = self.seen.iter().map(|&(_, o)| o);
+            let spread = offsets.clone().max().unwrap_or(0) - offsets.min().unwrap_or(0);
+            spread as u64
+        }
+    }
+
+    /// Asserts `stamp` lies within the tolerance, plus the wall clock's recent steps, of the
+    /// wall-clock reads `before` and `after` it.
+    fn assert_tracks(stamp: u64, before: u64, after: u64, steps: u64) {
+        let slack = TOLERANCE_NANOS + steps;
+        assert!(
+            stamp + slack >= before,
+            "stamp {stamp} before {before} (wall clock stepped {steps} ns lately)"
+        );
+        assert!(
+            stamp <= after + slack,
+            "stamp {stamp} after {after} (wall clock stepped {steps} ns lately)"
+        );
+    }
 
     #[test]
     fn stamps_track_the_wall_clock() {
+        let mut steps = Steps::new();
         for _ in 0..200 {
+            steps.sample();
             let before = precise_nanos();
             let stamp = now_nanos();
             let after = precise_nanos();
-            assert!(
-                stamp + TOLERANCE_NANOS >= before,
-                "stamp {stamp} before {before}"
-            );
-            assert!(
-                stamp <= after + TOLERANCE_NANOS,
-                "stamp {stamp} after {after}"
-            );
+            assert_tracks(stamp, before, after, steps.sample());
             std::thread::sleep(Duration::from_micros(300));
         }
     }
@@ -262,17 +325,19 @@ mod tests {
     /// or so of `now_nanos` calls), tracks the wall clock as `now_nanos` does.
     #[test]
     fn anchored_stamps_track_the_wall_clock() {
+        let mut steps = Steps::new();
         let mut anchored = 0;
         for _ in 0..200 {
+            steps.sample();
             let before = precise_nanos();
             let _ = now_nanos(); // anchors the thread and calibrates its rate as time passes
             let stamp = now_if_anchored();
             let after = precise_nanos();
+            let stepped = steps.sample();
             if let Some(stamp) = stamp {
                 anchored += 1;
                 assert!(stamp > 0);
-                assert!(stamp + TOLERANCE_NANOS >= before, "{stamp} before {before}");
-                assert!(stamp <= after + TOLERANCE_NANOS, "{stamp} after {after}");
+                assert_tracks(stamp, before, after, stepped);
             }
             std::thread::sleep(Duration::from_micros(300));
         }

@@ -303,7 +303,8 @@ impl<T: Send + Sync + 'static> Consumer<T> {
     /// none is: where a consumer starting at [`Start::Timestamp`] would be (replay the last hour,
     /// or skip to a point in time, as Kafka's offsets for times do). A record's timestamp is
     /// within 100 µs of the wall clock, so a partition may land on a record published up to
-    /// 100 µs before `t`; it never skips one published after.
+    /// 100 µs before `t`; it never skips one published after (except within 1 ms of a step of
+    /// the wall clock: see [`Record::timestamp`](crate::Record::timestamp)).
     ///
     /// Errors: [`Error::InvalidConfig`] on a topic without timestamps
     /// ([`TopicConfig::timestamps`](crate::TopicConfig::timestamps)); then nothing moves.

@@ -32,7 +32,8 @@ pub enum Start {
     Offset(u64),
     /// The first record published at or after this time (the end if none is). Record timestamps
     /// are within 100 µs of the wall clock, so this may include a record published up to 100 µs
-    /// before; it never skips a later one.
+    /// before; it never skips a later one. (For 1 ms after the wall clock is stepped, stamps are
+    /// off by the step: see [`Record::timestamp`].)
     Timestamp(SystemTime),
 }
 
@@ -599,7 +600,9 @@ impl<'a, T> Record<'a, T> {
     }
 
     /// When the record was published (wall clock, extrapolated from the CPU's time-stamp counter
-    /// between wall-clock reads: within 100 µs, typically well under a microsecond).
+    /// between wall-clock reads: within 100 µs, typically well under a microsecond). A step of the
+    /// wall clock (NTP stepping it, someone setting it) reaches the stamps within 1 ms, and until
+    /// then they are off by the step.
     pub fn timestamp(&self) -> SystemTime {
         // SAFETY: as in `value`.
         clock::from_nanos(unsafe { self.seg.meta(self.index) }.timestamp_nanos())

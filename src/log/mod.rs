@@ -808,7 +808,8 @@ impl<T: Send + Sync + 'static> Log<T> {
 
     /// The first retained offset whose timestamp is at or after `t` (the end if none). Stamps are
     /// within `clock::TOLERANCE_NANOS` of the wall clock, so the search starts that much before `t`:
-    /// it never skips a record published after `t`, and may include one published just before.
+    /// it never skips a record published after `t`, and may include one published just before
+    /// (but for stamps taken within 1 ms of a step of the wall clock, which are off by the step).
     /// A binary search, which assumes timestamps follow offsets (true for one producer; with
     /// several, up to how far apart their clock reads and reservations are).
     ///
