@@ -100,7 +100,9 @@
 //! members of a consumer group together, once the group has read every partition). Dropping
 //! a reader or consumer releases its cursor (and any `Block` wait it caused); dropping a
 //! [`Subscription`] closes it and joins its thread; values are dropped exactly once (I4), when
-//! retention reclaims their segment or the last handle of the topic goes. A reclaimed segment's
+//! retention reclaims their segment or the last handle of the topic goes, even where a `Drop`
+//! panics (the others are still dropped, and the first panic is raised after them, as a `Vec`
+//! does). A reclaimed segment's
 //! values are dropped by a publishing thread after one of its publishes, never under the engine's
 //! lock or between a reservation and its publish (I6), so a value's `Drop` may publish too.
 //!
