@@ -118,15 +118,7 @@ fn values_dropped_by_retention_may_publish_into_their_own_topic() {
         }
         let failed = lock(&tally.failed).clone();
         assert!(failed.is_empty(), "{producers:?} {via:?}: {failed:?}");
-        let drops = lock(&tally.drops);
-        let wrong: Vec<(usize, u32)> = (drops.iter().copied().enumerate())
-            .filter(|&(_, d)| d != 1)
-            .take(10)
-            .collect();
-        assert!(
-            wrong.is_empty(),
-            "{producers:?} {via:?}: (id, drops) not dropped once: {wrong:?}"
-        );
+        assert_each_dropped_once(&tally.drops, total, &format!("{producers:?} {via:?}"));
     }
 }
 
