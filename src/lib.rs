@@ -102,9 +102,11 @@
 //! [`Subscription`] closes it and joins its thread; values are dropped exactly once (I4), when
 //! retention reclaims their segment or the last handle of the topic goes, even where a `Drop`
 //! panics (the others are still dropped, and the first panic is raised after them, as a `Vec`
-//! does). A reclaimed segment's
-//! values are dropped by a publishing thread after one of its publishes, never under the engine's
-//! lock or between a reservation and its publish (I6), so a value's `Drop` may publish too.
+//! does). A reclaimed segment's values are dropped by a publishing thread after one of its
+//! publishes, never under the engine's lock or between a reservation and its publish (I6), so a
+//! value's `Drop` may publish too. The one exception: a topic dropped while another thread holds
+//! the epoch back for more than ~20 ms leaves its last segments to whichever thread releases
+//! them, which may be inside a publish to another topic.
 //!
 //! ## Feature flags
 //! | feature | what it adds |
