@@ -108,6 +108,18 @@ mod tsc {
     }
 
     impl AnchorCell {
+        /// No anchor, no rate, nothing measured yet.
+        const fn new() -> Self {
+            AnchorCell {
+                tsc: Cell::new(0),
+                nanos: Cell::new(0),
+                rate_q32: Cell::new(0),
+                horizon: Cell::new(0),
+                since_tsc: Cell::new(0),
+                since: Cell::new(None),
+            }
+        }
+
         fn set(&self, a: Anchor) {
             self.tsc.set(a.tsc);
             self.nanos.set(a.nanos);
@@ -117,16 +129,7 @@ mod tsc {
     }
 
     thread_local! {
-        static ANCHOR: AnchorCell = const {
-            AnchorCell {
-                tsc: Cell::new(0),
-                nanos: Cell::new(0),
-                rate_q32: Cell::new(0),
-                horizon: Cell::new(0),
-                since_tsc: Cell::new(0),
-                since: Cell::new(None),
-            }
-        };
+        static ANCHOR: AnchorCell = const { AnchorCell::new() };
     }
 
     /// The calibrated rate shared by all threads (set once by the first thread to calibrate).
@@ -297,14 +300,7 @@ mod tsc {
         /// clock, a span across a step read the rate 50% off.)
         #[test]
         fn a_stepped_wall_clock_moves_neither_the_rate_nor_later_stamps() {
-            let cell = AnchorCell {
-                tsc: Cell::new(0),
-                nanos: Cell::new(0),
-                rate_q32: Cell::new(0),
-                horizon: Cell::new(0),
-                since_tsc: Cell::new(0),
-                since: Cell::new(None),
-            };
+            let cell = AnchorCell::new();
             const STEP_NS: u64 = 500_000;
             const EVERY_NS: u64 = 100_000_000;
             const PERIOD_NS: u64 = 100_000;
