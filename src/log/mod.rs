@@ -2274,14 +2274,13 @@ impl<T: Send + Sync + 'static> Log<T> {
 
     /// Drops the values of retired segments (the application's `Drop`). Clears [`TO_DROP`] first,
     /// so a segment retired meanwhile is found at the next `prepare`. A `Drop` that panics reaches
-    /// the caller once every retired value is dropped.
+    /// the caller once every retired value is dropped (unless the caller is itself a `Drop`
+    /// publishing as its thread unwinds: see [`resume_unless_unwinding`]).
     #[cold]
     fn drop_retired(&self) {
         // Relaxed: see Orderings (`TO_DROP`).
         self.state.fetch_and(!TO_DROP, Ordering::Relaxed);
-        if let Err(p) = self.pool.drop_retired() {
-            std::panic::resume_unwind(p);
-        }
+        resume_unless_unwinding(self.pool.drop_retired());
     }
 
     /// The wake-up and close part of [`Log::after_publish_slow`]; runs no user code.
