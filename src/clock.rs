@@ -82,25 +82,17 @@ mod tsc {
     /// span refines the rate).
     const CALIBRATE_NS: u64 = 1_000_000;
 
-    /// One thread's anchor.
-    #[derive(Clone, Copy)]
-    struct Anchor {
-        tsc: u64,
-        nanos: u64,
-        /// Nanoseconds per tick in 32.32 fixed point; 0 while uncalibrated.
-        rate_q32: u64,
-        /// Ticks after `tsc` at which the anchor is refreshed.
-        horizon: u64,
-    }
-
     /// A thread's anchor, one cell per field: a read loads just the fields it uses, straight
-    /// from thread-local storage. (One `Cell<Anchor>` was copied whole to the stack on every read,
-    /// two 16-byte stores then 8-byte loads from them, which a store buffer does not always
-    /// forward.) Beside it, the point the thread's next rate is measured from.
+    /// from thread-local storage. (One cell holding the whole anchor was copied to the stack on
+    /// every read, two 16-byte stores then 8-byte loads from them, which a store buffer does not
+    /// always forward.) Beside it, the point the thread's next rate is measured from.
     struct AnchorCell {
+        /// A TSC reading and the wall clock's time at it.
         tsc: Cell<u64>,
         nanos: Cell<u64>,
+        /// Nanoseconds per tick in 32.32 fixed point; 0 while uncalibrated.
         rate_q32: Cell<u64>,
+        /// Ticks after `tsc` at which the anchor is refreshed; 0 (never fresh) before the first.
         horizon: Cell<u64>,
         /// A TSC reading and the monotonic clock's time at it (`None` before the first).
         since_tsc: Cell<u64>,
@@ -118,13 +110,6 @@ mod tsc {
                 since_tsc: Cell::new(0),
                 since: Cell::new(None),
             }
-        }
-
-        fn set(&self, a: Anchor) {
-            self.tsc.set(a.tsc);
-            self.nanos.set(a.nanos);
-            self.rate_q32.set(a.rate_q32);
-            self.horizon.set(a.horizon);
         }
     }
 
@@ -251,37 +236,31 @@ mod tsc {
             mono_tsc,
             mono,
         } = reading;
-        let mut rate = cell.rate_q32.get();
-        let mut measured = None;
-        match cell.since.get() {
-            Some(since) => {
-                let span_ns = mono.saturating_duration_since(since).as_nanos();
-                let since_tsc = cell.since_tsc.get();
-                if span_ns >= u128::from(CALIBRATE_NS) && mono_tsc > since_tsc {
-                    let span_ticks = u128::from(mono_tsc - since_tsc);
-                    let m = ((span_ns << 32) / span_ticks) as u64;
-                    rate = if rate == 0 { m } else { (rate * 3 + m) / 4 };
-                    measured = Some(rate);
-                    cell.since_tsc.set(mono_tsc);
-                    cell.since.set(Some(mono));
-                }
+        let own = cell.rate_q32.get();
+        let span_ns = cell
+            .since
+            .get()
+            .map(|since| mono.saturating_duration_since(since).as_nanos());
+        let since_tsc = cell.since_tsc.get();
+        let measured = match span_ns {
+            Some(ns) if ns >= u128::from(CALIBRATE_NS) && mono_tsc > since_tsc => {
+                let m = ((ns << 32) / u128::from(mono_tsc - since_tsc)) as u64;
+                Some(if own == 0 { m } else { (own * 3 + m) / 4 })
             }
-            None => {
-                cell.since_tsc.set(mono_tsc);
-                cell.since.set(Some(mono));
-            }
+            _ => None,
+        };
+        // The next span starts here once this one is measured, or at the thread's first reading.
+        if measured.is_some() || span_ns.is_none() {
+            cell.since_tsc.set(mono_tsc);
+            cell.since.set(Some(mono));
         }
-        if rate == 0 {
-            rate = shared.unwrap_or(0);
-        }
-        if rate != 0 {
-            let horizon = ((u128::from(REANCHOR_NS) << 32) / u128::from(rate)) as u64;
-            cell.set(Anchor {
-                tsc,
-                nanos,
-                rate_q32: rate,
-                horizon,
-            });
+        let rate = measured.or((own != 0).then_some(own)).or(shared);
+        if let Some(rate) = rate.filter(|&r| r != 0) {
+            cell.tsc.set(tsc);
+            cell.nanos.set(nanos);
+            cell.rate_q32.set(rate);
+            cell.horizon
+                .set(((u128::from(REANCHOR_NS) << 32) / u128::from(rate)) as u64);
         }
         measured
     }
