@@ -933,6 +933,8 @@ struct Options {
     only: Option<String>,
     /// Throughput fan-outs only with this many subscribers (`--subs N`).
     subs: Option<usize>,
+    /// Throughput fan-outs only with this many producers (`--producers N`; 1: 1→1, 1→2, 1→4).
+    producers: Option<usize>,
     /// The `lat` scenario's schedule: one message per this (`--period NS`; 2 µs by default).
     period: Duration,
 }
@@ -1390,6 +1392,7 @@ fn main() {
         what: "all".into(),
         only: None,
         subs: None,
+        producers: None,
         period: Duration::from_micros(2),
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -1423,6 +1426,10 @@ fn main() {
             "--subs" => {
                 i += 1;
                 o.subs = Some(num(i).expect("--subs N") as usize);
+            }
+            "--producers" => {
+                i += 1;
+                o.producers = Some(num(i).expect("--producers N") as usize);
             }
             "--period" => {
                 i += 1;
@@ -1482,7 +1489,7 @@ fn main() {
             continue;
         }
         for (producers, subs) in [(1usize, 1usize), (1, 2), (1, 4), (2, 2)] {
-            if o.subs.is_some_and(|n| n != subs) {
+            if o.subs.is_some_and(|n| n != subs) || o.producers.is_some_and(|n| n != producers) {
                 continue;
             }
             let mut kept = Kept::new(run_wait, max_redos, floor_now(&pins));
