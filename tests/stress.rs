@@ -26,10 +26,19 @@ enum Via {
     Batches,
     /// `Topic::publish` on a clone of the topic: no producer held (see `Log::publish_unheld`).
     Topic,
+    /// A `Producer` that publishes in turns of [`TURN`] records, one producer at a time: long
+    /// enough alone to take the lease (`Log::try_lease`), which the next turn's first publish
+    /// ends; every fourth turn's records go in batches of 100.
+    Turns,
 }
+
+/// Records a producer publishes alone in `Via::Turns`: more than the 4,096 in a row that take
+/// the lease.
+const TURN: u64 = 5_000;
 
 fn run(producers: u64, readers: usize, per_producer: u64, config: TopicConfig<u64>, via: Via) {
     let topic = Topic::<u64>::new("stress", config).unwrap();
+    let turn = std::sync::Arc::new(std::sync::Mutex::new(()));
     let total = producers * per_producer;
     let reader_threads: Vec<_> = (0..readers)
         .map(|_| {
@@ -59,6 +68,7 @@ fn run(producers: u64, readers: usize, per_producer: u64, config: TopicConfig<u6
     let offsets: Vec<_> = (0..producers)
         .map(|p| {
             let topic = topic.clone();
+            let turn = turn.clone();
             thread::spawn(move || {
                 let mut offsets = Vec::with_capacity(per_producer as usize);
                 if via == Via::Topic {
@@ -69,6 +79,26 @@ fn run(producers: u64, readers: usize, per_producer: u64, config: TopicConfig<u6
                 }
                 let mut producer = topic.producer().unwrap();
                 let mut seq = 0;
+                if via == Via::Turns {
+                    for (i, start) in (0..per_producer).step_by(TURN as usize).enumerate() {
+                        let end = (start + TURN).min(per_producer);
+                        let _alone = turn.lock().unwrap();
+                        if i % 4 == 3 {
+                            for from in (start..end).step_by(100) {
+                                let to = (from + 100).min(end);
+                                let b = producer
+                                    .publish_batch((from..to).map(|s| value(p, s)))
+                                    .unwrap();
+                                offsets.extend(b.offsets);
+                            }
+                        } else {
+                            for s in start..end {
+                                offsets.push(producer.publish(value(p, s)).unwrap().offset);
+                            }
+                        }
+                    }
+                    return offsets;
+                }
                 while seq < per_producer {
                     if via == Via::Batches && seq % 3 == 0 {
                         let n = (per_producer - seq).min(1 + seq % 17);
@@ -115,6 +145,20 @@ fn four_producers_three_readers() {
         TopicConfig::default().segment_size(64),
         Via::Producer,
     );
+}
+
+/// Producers that take turns, each long enough alone to take the lease, in small segments and
+/// under a capacity that makes the holder wait for room: each turn's first publish ends the last
+/// holder's lease, and offsets stay dense and unique across every hand-over.
+#[test]
+fn producers_taking_turns_hand_the_lease_over() {
+    let n = 4 * TURN * scale().max(1);
+    run(3, 2, n, TopicConfig::default().segment_size(64), Via::Turns);
+    let ring = TopicConfig::default()
+        .segment_size(64)
+        .max_records(1_024)
+        .overflow(logbus::Overflow::Block);
+    run(3, 2, n, ring, Via::Turns);
 }
 
 /// The convenience path from many threads, across many small segments: each write under a pin
