@@ -123,6 +123,81 @@ fn reserve_publish_read() {
     });
 }
 
+/// I1, I2 with the lease (`Log::try_lease`; under loom a writer takes it after one reservation
+/// of its own): the holder publishes from the lease while another thread's publish, whose
+/// `fetch_add` finds the lease held and reserves nothing, ends it (heavy barrier, wait while
+/// the holder is busy, `tail` from the holder's next offset) and reserves again. Whichever side
+/// of the holder's busy mark the end lands on, the offsets are distinct and dense and the
+/// reader sees both values once. Needs a free light barrier (the lease's fast side).
+#[test]
+fn lease_ended_by_another_publisher() {
+    model_on(Paths::Membarrier, || {
+        let topic = Topic::<u64>::new("m", config().segment_size(4).timestamps(false)).unwrap();
+        let mut reader = topic.reader(0, Start::Earliest).unwrap();
+        let mut holder = topic.producer().unwrap();
+        // One reservation alone: the lease (and the segment's set-up, outside the model's race).
+        assert_eq!(holder.publish(0).unwrap().offset, 0);
+        let leased = thread::spawn(move || {
+            let offset = holder.publish(100).unwrap().offset;
+            (offset, holder)
+        });
+        let t = topic.clone();
+        let other = thread::spawn(move || t.publish(200).unwrap().offset);
+        let mut seen = vec![*reader.next().unwrap()];
+        for want in 1..3 {
+            let r = reader.next().unwrap();
+            assert_eq!(r.offset(), want);
+            seen.push(*r);
+        }
+        let (a, holder) = leased.join().unwrap();
+        let mut offsets = vec![a, other.join().unwrap()];
+        offsets.sort();
+        assert_eq!(offsets, vec![1, 2], "distinct and dense (I1)");
+        seen.sort();
+        assert_eq!(seen, vec![0, 100, 200]);
+        drop(holder);
+        assert_eq!(
+            topic.publish(300).unwrap().offset,
+            3,
+            "tail goes on after the lease"
+        );
+    });
+}
+
+/// The lease against `close`: the close ends it first, under the lease's lock, so the holder's
+/// publish is either before the close (published, and inside the final end the reader drains
+/// to) or after it (refused). Never a record past the end the reader was told.
+#[test]
+fn lease_ended_by_close() {
+    model_on(Paths::Membarrier, || {
+        let topic = Topic::<u64>::new("m", config().segment_size(4).timestamps(false)).unwrap();
+        let mut reader = topic.reader(0, Start::Earliest).unwrap();
+        let mut holder = topic.producer().unwrap();
+        assert_eq!(holder.publish(0).unwrap().offset, 0);
+        let leased = thread::spawn(move || match holder.publish(100) {
+            Ok(p) => Some(p.offset),
+            Err(PublishError::Closed(_)) => None,
+            Err(e) => panic!("{e}"),
+        });
+        topic.close();
+        let mut seen = Vec::new();
+        loop {
+            match reader.next() {
+                Ok(r) => seen.push((r.offset(), *r)),
+                Err(ReadError::Closed) => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        match leased.join().unwrap() {
+            Some(offset) => {
+                assert_eq!(offset, 1);
+                assert_eq!(seen, vec![(0, 0), (1, 100)], "published before the close");
+            }
+            None => assert_eq!(seen, vec![(0, 0)], "refused after it"),
+        }
+    });
+}
+
 /// I5: a reader that parks is woken by the publish it waits for: no lost wake-up, whatever the
 /// interleaving of "mark parked, re-check, sleep" with "publish, check parked, wake".
 #[test]

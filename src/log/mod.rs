@@ -2533,7 +2533,8 @@ impl<T: Send + Sync + 'static> Log<T> {
     fn lease_begin(&self, w: &mut Writer<T>, gen: u64) -> bool {
         // Relaxed store, light barrier, Relaxed load: the holder's side of the store-then-load
         // race with `end_lease` (see Orderings, `lease`).
-        self.lease.store(w.next << 1 | LEASE_BUSY, Ordering::Relaxed);
+        self.lease
+            .store(w.next << 1 | LEASE_BUSY, Ordering::Relaxed);
         light_barrier_as(true);
         if self.lease_gen.load(Ordering::Relaxed) == gen {
             return true;
@@ -2583,9 +2584,12 @@ impl<T: Send + Sync + 'static> Log<T> {
         if self.lease_gen.load(Ordering::Relaxed) == gen {
             // Relaxed: under the lock; no holder is left to check it against.
             self.lease_gen.fetch_add(2, Ordering::Relaxed);
-            // Relaxed: only a count; a `fetch_add` that came before it reserved nothing and
-            // waits for the lock (`end_lease`), and one after it reserves from `w.next`.
-            self.tail.store(w.next, Ordering::Relaxed);
+            // Relaxed: only a count. A swap, not a store: a read-modify-write like every
+            // reservation, so it takes its place in their order (`fetch_add`s before it reserved
+            // nothing and wait for the lock, in `end_lease`; those after it reserve from
+            // `w.next`), which a plain store racing with them need not under the memory model
+            // (loom showed two reservations of one offset with a store here).
+            self.tail.swap(w.next, Ordering::Relaxed);
             w.lease = None;
             return;
         }
@@ -2629,8 +2633,8 @@ impl<T: Send + Sync + 'static> Log<T> {
                 yield_now();
             }
         };
-        // Relaxed: as in `give_lease_back`.
-        self.tail.store(next, Ordering::Relaxed);
+        // Relaxed, and a swap: as in `give_lease_back`.
+        self.tail.swap(next, Ordering::Relaxed);
     }
 
     // -------------------------------------------------------------------------------------------
@@ -3272,9 +3276,15 @@ mod tests {
             let mut w = log.claim_writer().unwrap();
             let n = u64::from(LEASE_AFTER);
             publish_all(&log, &mut w, 0..n - 1);
-            assert!(w.lease.is_none() && !leased(&log), "not before {LEASE_AFTER} in a row");
+            assert!(
+                w.lease.is_none() && !leased(&log),
+                "not before {LEASE_AFTER} in a row"
+            );
             publish_all(&log, &mut w, n - 1..n);
-            assert!(w.lease.is_some() && leased(&log), "the lease, after {LEASE_AFTER}");
+            assert!(
+                w.lease.is_some() && leased(&log),
+                "the lease, after {LEASE_AFTER}"
+            );
             // Across segment ends (the long path), single records and a batch.
             publish_all(&log, &mut w, n..n + 100);
             let mut batch = vec![n + 100, n + 101, n + 102];
@@ -3305,13 +3315,25 @@ mod tests {
         publish_all(&log, &mut holder, 0..n + 10);
         assert!(holder.lease.is_some());
         // A publish without a writer (`Topic::publish`) ends it.
-        assert_eq!(log.publish_unheld(1_000_000, None, None, Overflow::DropOldest).unwrap(), n + 10);
+        assert_eq!(
+            log.publish_unheld(1_000_000, None, None, Overflow::DropOldest)
+                .unwrap(),
+            n + 10
+        );
         assert!(!leased(&log), "ended");
-        assert_ne!(log.lease_gen.load(Ordering::Relaxed) & LEASE_STALE, 0, "not seen yet");
+        assert_ne!(
+            log.lease_gen.load(Ordering::Relaxed) & LEASE_STALE,
+            0,
+            "not seen yet"
+        );
         // The holder finds out at its next publish and reserves as any other.
         publish_all(&log, &mut holder, n + 11..n + 12);
         assert!(holder.lease.is_none(), "it knows");
-        assert_eq!(log.lease_gen.load(Ordering::Relaxed) & LEASE_STALE, 0, "and said so");
+        assert_eq!(
+            log.lease_gen.load(Ordering::Relaxed) & LEASE_STALE,
+            0,
+            "and said so"
+        );
         // A second writer, then the first again: neither is alone, so neither takes it.
         let mut other = log.claim_writer().unwrap();
         for i in 0..2 * n {
@@ -3324,7 +3346,10 @@ mod tests {
         assert!(holder.lease.is_some() && leased(&log));
         let mut batch = vec![7, 8];
         let at = 4 * n + 12;
-        assert_eq!(log.publish_batch(&mut other, &mut batch, &[]).unwrap(), at..at + 2);
+        assert_eq!(
+            log.publish_batch(&mut other, &mut batch, &[]).unwrap(),
+            at..at + 2
+        );
         publish_all(&log, &mut holder, at + 2..at + 3);
         let mut want: Vec<u64> = (0..n + 10).collect();
         want.push(1_000_000);
@@ -3344,7 +3369,10 @@ mod tests {
         assert!(w.lease.is_some());
         log.close();
         assert!(!leased(&log));
-        assert!(matches!(log.publish(&mut w, 0, None), Err(PublishError::Closed(0))));
+        assert!(matches!(
+            log.publish(&mut w, 0, None),
+            Err(PublishError::Closed(0))
+        ));
         assert_eq!(log.final_end(), Some(n + 5));
         assert_eq!(drain(&mut r), (0..n + 5).collect::<Vec<_>>());
         assert_eq!(r.try_next().unwrap_err(), ReadError::Closed);
@@ -3363,7 +3391,10 @@ mod tests {
         let mut w = log.claim_writer().unwrap();
         publish_all(&log, &mut w, 0..cap);
         assert!(w.lease.is_some(), "it publishes alone");
-        assert!(matches!(log.publish(&mut w, cap, None), Err(PublishError::Full(_))));
+        assert!(matches!(
+            log.publish(&mut w, cap, None),
+            Err(PublishError::Full(_))
+        ));
         assert!(w.lease.is_some(), "a refusal keeps the lease");
         let mut batch = vec![1];
         assert!(log.publish_batch(&mut w, &mut batch, &[]).is_err());
