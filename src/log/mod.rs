@@ -24,7 +24,10 @@
 //!   is busy, then store its next offset into `tail`. The holder's side of that race is the
 //!   light barrier between its busy mark and its look at `lease_gen`, as in the park/wake
 //!   handshake. A writer that sees its lease ended acknowledges it (`LEASE_STALE`), and no
-//!   lease is granted before, since until then it may still store to `lease`.
+//!   lease is granted before, since until then it may still store to `lease`: a producer that
+//!   lost the lease and then sits idle keeps the others on `fetch_add` until it publishes again
+//!   or is dropped. A writer claimed for one call never holds a lease past it (released, it
+//!   gives the lease back).
 //!
 //!   Measured on a 16-core Xeon (every thread on its own core; a build whose lone publisher
 //!   reserved with a plain load and store, the bound of the lease, against `fetch_add`,
@@ -3393,6 +3396,29 @@ mod tests {
         assert_eq!(drain(&mut r), want, "every record once, in offset order");
         log.release_writer(&mut holder);
         log.release_writer(&mut other);
+    }
+
+    #[test]
+    fn no_lease_is_granted_until_the_last_holder_knows_its_own_ended() {
+        let (log, mut r) = multi_log(TopicConfig::default().timestamps(false));
+        let (mut first, mut second) = (log.claim_writer().unwrap(), log.claim_writer().unwrap());
+        let n = u64::from(LEASE_AFTER);
+        publish_all(&log, &mut first, 0..n + 1);
+        assert!(first.lease.is_some());
+        // The second writer ends it, then publishes alone, long enough for a lease of its own,
+        // but the first has not published since: it may still mark itself busy in `lease`.
+        publish_all(&log, &mut second, n + 1..3 * n);
+        assert!(second.lease.is_none() && !leased(&log), "held back");
+        assert_ne!(log.lease_gen.load(Ordering::Relaxed) & LEASE_STALE, 0);
+        // Released, the first acknowledges; the second's next segments alone take the lease.
+        log.release_writer(&mut first);
+        assert_eq!(log.lease_gen.load(Ordering::Relaxed) & LEASE_STALE, 0);
+        publish_all(&log, &mut second, 3 * n..4 * n + 64);
+        assert!(second.lease.is_some() && leased(&log));
+        assert_eq!(drain(&mut r), (0..4 * n + 64).collect::<Vec<_>>());
+        log.release_writer(&mut second);
+        assert!(!leased(&log));
+        assert_eq!(log.end(), 4 * n + 64);
     }
 
     #[test]
