@@ -123,6 +123,16 @@ fn reserve_publish_read() {
     });
 }
 
+/// A topic, a reader at its start, and a producer that published record 0 alone: under loom
+/// that is enough for the lease (and sets the segment up outside the model's race).
+fn leased_topic() -> (Topic<u64>, Reader<u64>, Producer<u64>) {
+    let topic = Topic::<u64>::new("m", config().segment_size(4).timestamps(false)).unwrap();
+    let reader = topic.reader(0, Start::Earliest).unwrap();
+    let mut holder = topic.producer().unwrap();
+    assert_eq!(holder.publish(0).unwrap().offset, 0);
+    (topic, reader, holder)
+}
+
 /// I1, I2 with the lease (`Log::try_lease`; under loom a writer takes it after one reservation
 /// of its own): the holder publishes from the lease while another thread's publish, whose
 /// `fetch_add` finds the lease held and reserves nothing, ends it (heavy barrier, wait while
@@ -132,11 +142,7 @@ fn reserve_publish_read() {
 #[test]
 fn lease_ended_by_another_publisher() {
     model_on(Paths::Membarrier, || {
-        let topic = Topic::<u64>::new("m", config().segment_size(4).timestamps(false)).unwrap();
-        let mut reader = topic.reader(0, Start::Earliest).unwrap();
-        let mut holder = topic.producer().unwrap();
-        // One reservation alone: the lease (and the segment's set-up, outside the model's race).
-        assert_eq!(holder.publish(0).unwrap().offset, 0);
+        let (topic, mut reader, mut holder) = leased_topic();
         let leased = thread::spawn(move || {
             let offset = holder.publish(100).unwrap().offset;
             (offset, holder)
@@ -170,10 +176,7 @@ fn lease_ended_by_another_publisher() {
 #[test]
 fn lease_ended_by_close() {
     model_on(Paths::Membarrier, || {
-        let topic = Topic::<u64>::new("m", config().segment_size(4).timestamps(false)).unwrap();
-        let mut reader = topic.reader(0, Start::Earliest).unwrap();
-        let mut holder = topic.producer().unwrap();
-        assert_eq!(holder.publish(0).unwrap().offset, 0);
+        let (topic, mut reader, mut holder) = leased_topic();
         let leased = thread::spawn(move || match holder.publish(100) {
             Ok(p) => Some(p.offset),
             Err(PublishError::Closed(_)) => None,
