@@ -2968,7 +2968,9 @@ impl<T: Send + Sync + 'static> Writer<T> {
     #[inline]
     fn count_run(&mut self, t: u64, n: u64) {
         let end = t + n;
-        self.alone = if end - self.since == self.mine {
+        // Wrapping: `since` is never above a later reservation's end, but a count is no reason
+        // to risk a panic.
+        self.alone = if end.wrapping_sub(self.since) == self.mine {
             self.alone.saturating_add(self.mine)
         } else {
             0
