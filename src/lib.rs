@@ -6,7 +6,8 @@
 //! - A [`Topic`] is a named, typed stream of records, split into partitions. Each partition is an
 //!   append-only, segmented log with dense `u64` offsets.
 //! - Publishers reserve offsets with one atomic `fetch_add` (none at all on a single-producer
-//!   topic), write the slot, then publish it with one Release store. No lock, no allocation per
+//!   topic, nor while one producer publishes alone on a many-producer one: it holds the
+//!   partition's lease), write the slot, then publish it with one Release store. No lock, no allocation per
 //!   record (one segment every `2^k` records, reused from a pool once retention trims).
 //! - A [`Reader`] owns its cursor and receives every record of its partition, in offset order, at
 //!   its own pace, borrowed (`&T`, never cloned). When nothing is ready it polls briefly, yields,
