@@ -3301,6 +3301,17 @@ mod tests {
         log.tail.load(Ordering::Relaxed) & TAIL_LEASED != 0
     }
 
+    /// A many-producer log without timestamps, a reader from its start, and a writer that
+    /// published `0..LEASE_AFTER + extra` alone and holds the lease; and `LEASE_AFTER`.
+    fn leased_log(extra: u64) -> (Arc<Log<u64>>, Reader<u64>, Writer<u64>, u64) {
+        let (log, r) = multi_log(TopicConfig::default().timestamps(false));
+        let mut w = log.claim_writer().unwrap();
+        let n = u64::from(LEASE_AFTER);
+        publish_all(&log, &mut w, 0..n + extra);
+        assert!(w.lease.is_some() && leased(&log));
+        (log, r, w, n)
+    }
+
     #[test]
     fn a_lone_writer_takes_the_lease_and_gives_it_back_where_it_stopped() {
         for stamped in [false, true] {
@@ -3343,11 +3354,7 @@ mod tests {
 
     #[test]
     fn another_publisher_ends_the_lease_and_the_offsets_stay_dense() {
-        let (log, mut r) = multi_log(TopicConfig::default().timestamps(false));
-        let mut holder = log.claim_writer().unwrap();
-        let n = u64::from(LEASE_AFTER);
-        publish_all(&log, &mut holder, 0..n + 10);
-        assert!(holder.lease.is_some());
+        let (log, mut r, mut holder, n) = leased_log(10);
         // A publish without a writer (`Topic::publish`) ends it.
         assert_eq!(
             log.publish_unheld(1_000_000, None, None, Overflow::DropOldest)
@@ -3402,11 +3409,8 @@ mod tests {
 
     #[test]
     fn no_lease_is_granted_until_the_last_holder_knows_its_own_ended() {
-        let (log, mut r) = multi_log(TopicConfig::default().timestamps(false));
-        let (mut first, mut second) = (log.claim_writer().unwrap(), log.claim_writer().unwrap());
-        let n = u64::from(LEASE_AFTER);
-        publish_all(&log, &mut first, 0..n + 1);
-        assert!(first.lease.is_some());
+        let (log, mut r, mut first, n) = leased_log(1);
+        let mut second = log.claim_writer().unwrap();
         // The second writer ends it, then publishes alone, long enough for a lease of its own,
         // but the first has not published since: it may still mark itself busy in `lease`.
         publish_all(&log, &mut second, n + 1..3 * n);
@@ -3425,11 +3429,7 @@ mod tests {
 
     #[test]
     fn a_close_ends_the_lease_and_later_publishes_fail() {
-        let (log, mut r) = multi_log(TopicConfig::default().timestamps(false));
-        let mut w = log.claim_writer().unwrap();
-        let n = u64::from(LEASE_AFTER);
-        publish_all(&log, &mut w, 0..n + 5);
-        assert!(w.lease.is_some());
+        let (log, mut r, mut w, n) = leased_log(5);
         log.close();
         assert!(!leased(&log));
         assert!(matches!(
