@@ -757,6 +757,44 @@ impl<T> Drop for Segment<T> {
 /// A panic caught from the application's `Drop`, kept to be resumed where its code may run.
 pub(crate) type Panic = Box<dyn std::any::Any + Send>;
 
+#[cfg(not(loom))]
+crate::sync::thread_local! {
+    /// Whether this thread is dropping retired values after a publish (see [`DropsUnderWay`]).
+    static DROPPING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+// Loom's macro takes no `const` initializer.
+#[cfg(loom)]
+crate::sync::thread_local! {
+    static DROPPING: std::cell::Cell<bool> = std::cell::Cell::new(false);
+}
+
+/// Marks, until dropped, that this thread is dropping retired values after a publish
+/// (`Log::drop_retired`), so that a `Drop` among them that publishes does not do the same again
+/// further down the stack: a chain of such `Drop`s (each publish retiring values whose `Drop`
+/// publishes) would otherwise nest one publish and one drop deeper per link, until the stack
+/// overflowed. The outer call drains its pool until it is empty instead (`Pool::drop_retired`).
+pub(crate) struct DropsUnderWay(());
+
+impl DropsUnderWay {
+    /// The mark, or `None` if this thread is dropping retired values already.
+    pub(crate) fn enter() -> Option<Self> {
+        // Not `then_some`: its argument is built either way, and dropping the unused mark would
+        // clear the outer call's.
+        if DROPPING.with(|d| d.replace(true)) {
+            None
+        } else {
+            Some(DropsUnderWay(()))
+        }
+    }
+}
+
+impl Drop for DropsUnderWay {
+    fn drop(&mut self) {
+        DROPPING.with(|d| d.set(false));
+    }
+}
+
 /// Resumes the panic in `dropped`, if any, unless this thread is already unwinding from another:
 /// a second panic leaving a `Drop` there would abort the process, so the values are dropped and
 /// this panic goes unreported.
@@ -991,16 +1029,21 @@ impl<T> Pool<T> {
     /// A `Drop` that panics stops nothing: every value is dropped and every segment made spare,
     /// and the first panic is returned for the caller to resume.
     pub(crate) fn drop_retired(&self) -> Result<(), Panic> {
-        let retired = std::mem::take(&mut *lock(&self.retired));
-        // Relaxed: see `put`.
-        self.lent.fetch_sub(retired.len(), Ordering::Relaxed);
         let mut dropped = Ok(());
-        for mut seg in retired {
-            let this = seg.drop_values();
-            dropped = dropped.and(this);
-            self.keep_spare(seg);
+        // Until none is left: the values' `Drop`s may publish, and so retire more segments.
+        loop {
+            let retired = std::mem::take(&mut *lock(&self.retired));
+            if retired.is_empty() {
+                return dropped;
+            }
+            // Relaxed: see `put`.
+            self.lent.fetch_sub(retired.len(), Ordering::Relaxed);
+            for mut seg in retired {
+                let this = seg.drop_values();
+                dropped = dropped.and(this);
+                self.keep_spare(seg);
+            }
         }
-        dropped
     }
 
     /// How many segments are out of the pool (installed, or held by a reader, a producer or a
