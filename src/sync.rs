@@ -52,9 +52,9 @@ pub(crate) use std::thread;
 #[cfg(loom)]
 pub(crate) use loom::thread;
 
-/// Thread-local storage (the debug check of where values may be dropped), so that under loom each
-/// modelled thread has its own.
-#[cfg(all(debug_assertions, not(loom)))]
+/// Thread-local storage (the debug check of where values may be dropped, and the mark of a thread
+/// dropping retired values), so that under loom each modelled thread has its own.
+#[cfg(not(loom))]
 pub(crate) use std::thread_local;
 
 #[cfg(loom)]
