@@ -1350,7 +1350,6 @@ impl<T: Send + Sync + 'static> Log<T> {
                 slots: SlotBase::unset(),
                 lease: None,
                 mine: 0,
-                since: 0,
                 alone: 0,
             });
         }
@@ -1365,7 +1364,6 @@ impl<T: Send + Sync + 'static> Log<T> {
             slots: SlotBase::unset(),
             lease: None,
             mine: 0,
-            since: 0,
             alone: 0,
         })
     }
@@ -2603,7 +2601,7 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// The writer that held the lease last knows it ended, and its `next` is the lease's last:
     /// it holds none, and a new one may be granted (its stores to `lease` are over).
     fn lease_acknowledged(&self, w: &mut Writer<T>) {
-        (w.lease, w.alone, w.mine, w.since) = (None, 0, 0, w.next);
+        (w.lease, w.alone, w.mine) = (None, 0, 0);
         // Release: pairs with `try_lease`'s Acquire load (see there).
         self.lease_gen.fetch_and(!LEASE_STALE, Ordering::Release);
     }
@@ -2927,13 +2925,12 @@ pub(crate) struct Writer<T> {
     /// Many producers: the generation of the lease this writer holds (see the module docs), or
     /// held last and may not have seen ended yet. `None` once it knows it holds none.
     lease: Option<u64>,
-    /// Many producers: how many offsets this writer reserved from `since` on. The short path's
-    /// only bookkeeping for the lease: one increment; [`Writer::count_run`] looks at it where a
-    /// publish leaves the short path (a segment's end, the long path).
+    /// Many producers: how many offsets this writer reserved from `next` on (from its last
+    /// count). The short path's only bookkeeping for the lease: one increment;
+    /// [`Writer::count_run`] looks at it where a publish leaves the short path (a segment's end,
+    /// the long path).
     mine: u64,
-    /// Many producers: where the offsets counted in `mine` start.
-    since: u64,
-    /// Many producers: how many offsets in a row up to `since` were all this writer's.
+    /// Many producers: how many offsets in a row up to `next` were all this writer's.
     alone: u64,
 }
 
@@ -2986,20 +2983,20 @@ impl<T: Send + Sync + 'static> Drop for Claimed<'_, T> {
 
 impl<T: Send + Sync + 'static> Writer<T> {
     /// Towards the lease ([`LEASE_AFTER`]), after a many-producer reservation of `t..t + n`
-    /// that `mine` counts already: if every offset from `since` to `t + n` was this writer's,
+    /// that `mine` counts already: if every offset from `next` to `t + n` was this writer's,
     /// they add to the offsets it reserved in a row, else that count starts again. Off the short
     /// path (a segment's end, the long path): the short path only counts.
     #[inline]
     fn count_run(&mut self, t: u64, n: u64) {
         let end = t + n;
-        // Wrapping: `since` is never above a later reservation's end, but a count is no reason
+        // Wrapping: `next` is never above a later reservation's end, but a count is no reason
         // to risk a panic.
-        self.alone = if end.wrapping_sub(self.since) == self.mine {
+        self.alone = if end.wrapping_sub(self.next) == self.mine {
             self.alone.saturating_add(self.mine)
         } else {
             0
         };
-        (self.since, self.mine, self.next) = (end, 0, end);
+        (self.mine, self.next) = (0, end);
     }
 
     /// Whether this writer has reserved enough offsets in a row to ask for the lease.
