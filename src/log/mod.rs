@@ -71,10 +71,11 @@
 //!   heavy barrier, then loads `lease` with Acquire. As with parking, one sees the other: the
 //!   holder finds the new generation and takes no offset, or `end_lease` finds it busy and waits
 //!   for the Release store that ends its publish. A grant stores `lease` before its Release
-//!   compare-exchange on `tail`, which `reserved_end` loads with Acquire. `LEASE_STALE` is
-//!   cleared by the last holder's Release RMW once it knows, and a grant loads it with Acquire,
-//!   so that holder's stores to `lease` come before the next holder's. `TAIL_LEASED` is set and
-//!   cleared only under `lease_lock`.
+//!   compare-exchange on `tail`; `reserved_end` loads `tail` Relaxed and, finding the lease, an
+//!   Acquire fence orders its look at `lease` after that. `LEASE_STALE` is cleared by the last
+//!   holder's Release RMW once it knows, and a grant loads it with Acquire, so that holder's
+//!   stores to `lease` come before the next holder's. `TAIL_LEASED` is set and cleared only
+//!   under `lease_lock`.
 //! - stamps / `watermark`: Release store after writing, Acquire load before reading (I2).
 //!   The single writer keeps its next offset in its `Writer`, loaded (Relaxed) from the watermark
 //!   when it claims the role: the previous writer's last store, ordered before the claim by
@@ -611,10 +612,10 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// `tail` without the closed bit: one past the newest reservation (multi producer).
     #[inline(always)]
     fn reserved_end(&self) -> u64 {
-        // Acquire: only a position (room checks, how to wait, `end`); nothing is read through
-        // it, and slots are published by their stamps. But where a lease is held it pairs with
-        // the grant's Release (`try_lease`), so that `lease` reads at least the grant's offset.
-        let t = self.tail.load(Ordering::Acquire);
+        // Relaxed: only a position (room checks, how to wait, `end`); nothing is read through
+        // it, and slots are published by their stamps. (Where it finds a lease, `leased_end`'s
+        // fence orders the look at `lease` after it.)
+        let t = self.tail.load(Ordering::Relaxed);
         if t & TAIL_LEASED == 0 {
             t & !TAIL_CLOSED
         } else {
@@ -626,6 +627,10 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// one it is publishing.
     #[cold]
     fn leased_end(&self) -> u64 {
+        // Acquire fence: with the Relaxed load of `tail` that found the lease, it pairs with the
+        // grant's Release compare-exchange (`try_lease`), so `lease` reads at least the grant's
+        // offset. Here, not on the load: that load is on the many-producer short path.
+        fence(Ordering::Acquire);
         // Relaxed: a position, as in `reserved_end`.
         let l = self.lease.load(Ordering::Relaxed);
         (l >> 1) + (l & LEASE_BUSY)
@@ -2540,7 +2545,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         }
         // Relaxed: published by the compare-exchange's Release.
         self.lease.store(t << 1, Ordering::Relaxed);
-        // Release: a reader of `tail` that sees the lease (`reserved_end`, Acquire) reads
+        // Release: a reader of `tail` that sees the lease (`reserved_end`, its Acquire fence) reads
         // `lease` from the store above on. Relaxed on failure: nothing was granted.
         if self
             .tail
