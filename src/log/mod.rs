@@ -2003,16 +2003,9 @@ impl<T: Send + Sync + 'static> Log<T> {
                 if self.room_cached(offset) {
                     let meta = Meta::new(stamp(), key);
                     if self.lease_begin(w, gen, offset) {
-                        // Nothing below runs user code until the record is published (I6).
-                        return match w.seg.as_deref() {
-                            Some(seg) if seg.base() == offset & !self.mask => {
-                                // SAFETY: `offset` is ours (we hold the lease, busy) and
-                                // unpublished, and `seg`, held by `w`, is its segment.
-                                unsafe { self.write_in::<true>(seg, offset, value, meta, 0) };
-                                self.lease_end(offset + 1);
-                                self.published(offset, KIND != ANY)
-                            }
-                            _ => self.publish_reserved(w, offset, value, meta, true),
+                        // SAFETY: `offset` is ours (we hold the lease, busy) and unpublished.
+                        return unsafe {
+                            self.publish_multi_short::<true>(w, offset, value, meta, KIND != ANY)
                         };
                     }
                 }
@@ -2024,20 +2017,44 @@ impl<T: Send + Sync + 'static> Log<T> {
                     return self.reserved_nothing(w, offset, value, key, size, policy);
                 }
                 w.mine += 1;
-                // Nothing below runs user code until the record is published (I6). No byte
-                // retention here (`fast`), so no size to count.
-                return match w.seg.as_deref() {
-                    Some(seg) if seg.base() == offset & !self.mask => {
-                        // SAFETY: `offset` is reserved by us and unpublished, and `seg`, held by
-                        // `w`, is its segment (same base).
-                        unsafe { self.write_in::<true>(seg, offset, value, meta, 0) };
-                        self.published(offset, KIND != ANY)
-                    }
-                    _ => self.publish_reserved(w, offset, value, meta, false),
+                // SAFETY: the `fetch_add` reserved `offset` for us, and nobody has published it.
+                return unsafe {
+                    self.publish_multi_short::<false>(w, offset, value, meta, KIND != ANY)
                 };
             }
         }
         self.publish_with(w, value, key, size, policy)
+    }
+
+    /// The end of a many-producer short path that has reserved `offset`, from the lease
+    /// (`LEASED`: the publish then moves the lease on) or from `tail`: writes the slot and its
+    /// stamp in the writer's segment, else switches segments ([`Log::publish_reserved`]), then
+    /// [`Log::published`]. Nothing here runs user code until the record is published (I6); no
+    /// byte retention on a short path (`fast`), so no size to count.
+    ///
+    /// # Safety
+    /// `offset` is reserved by the caller and unpublished.
+    #[inline(always)]
+    unsafe fn publish_multi_short<const LEASED: bool>(
+        &self,
+        w: &mut Writer<T>,
+        offset: u64,
+        value: T,
+        meta: Meta,
+        free_barrier: bool,
+    ) -> Result<u64, PublishError<T>> {
+        match w.seg.as_deref() {
+            Some(seg) if seg.base() == offset & !self.mask => {
+                // SAFETY: `offset` is reserved and unpublished (this function's contract), and
+                // `seg`, held by `w`, is its segment (same base).
+                unsafe { self.write_in::<true>(seg, offset, value, meta, 0) };
+                if LEASED {
+                    self.lease_end(offset + 1);
+                }
+                self.published(offset, free_barrier)
+            }
+            _ => self.publish_reserved(w, offset, value, meta, LEASED),
+        }
     }
 
     /// A many-producer short path whose `fetch_add` found the log closed (`Closed`) or the lease
