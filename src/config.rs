@@ -14,12 +14,12 @@ pub enum Producers {
     #[default]
     Multi,
     /// One producer at a time, through one [`Producer`](crate::Producer) handle: offsets are reserved
-    /// with no read-modify-write at all and published with a watermark. The fastest path. Where
+    /// with no read-modify-write at all and published with a watermark. The fastest path: where
     /// readers have cores of their own, a `Multi` topic's `fetch_add` waits for the lines readers
-    /// just read to come back; its lease spares a lone producer that, but not the lease's own
-    /// bookkeeping (on a 16-core machine, one producer and two readers each on a core of its own:
-    /// about 270 M records/s on a ring-like `Multi` topic against 600–770 M on a `Single` one, and
-    /// 30 M against 26–34 M on default topics; see the README).
+    /// just read to come back, and even a lone producer holding the lease (above) marks each
+    /// publish busy and checks the lease. On a 16-core machine, one producer and two readers
+    /// each on a core of its own: about 270 M records/s on a ring-like `Multi` topic against
+    /// 600–770 M on a `Single` one; on default topics, 30 M against 26–34 M (see the README).
     Single,
 }
 
