@@ -122,6 +122,116 @@ fn values_dropped_by_retention_may_publish_into_their_own_topic() {
     }
 }
 
+/// One link of a chain of `Drop`s: dropping a `Link` with `left` links to go publishes the next
+/// one, then enough `Filler` that retention trims the next link while this `Drop` still runs.
+enum Relay {
+    Link {
+        left: u32,
+        home: &'static Topic<Relay>,
+        tally: Arc<RelayTally>,
+    },
+    Filler,
+}
+
+/// What the `Link` drops saw.
+#[derive(Default)]
+struct RelayTally {
+    dropped: Mutex<u32>,
+    /// The most `Link` drops found running at once on one thread.
+    deepest: Mutex<u32>,
+    failed: Mutex<Vec<String>>,
+}
+
+thread_local! {
+    /// How many `Link` drops are running on this thread, one inside another.
+    static LINKS_DROPPING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// How many `Filler` a `Link`'s drop publishes after the next link: enough segment switches
+/// (segments of 2) for the epoch to hand the next link's segment back within the same `Drop`.
+const FILLERS: u32 = 64;
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        let Relay::Link { left, home, tally } = self else {
+            return;
+        };
+        let depth = LINKS_DROPPING.with(|d| {
+            d.set(d.get() + 1);
+            d.get()
+        });
+        *lock(&tally.dropped) += 1;
+        let deepest = *lock(&tally.deepest);
+        *lock(&tally.deepest) = deepest.max(depth);
+        if *left > 0 {
+            let next = Relay::Link {
+                left: *left - 1,
+                home,
+                tally: tally.clone(),
+            };
+            let published = std::iter::once(home.publish(next))
+                .chain((0..FILLERS).map(|_| home.publish(Relay::Filler)));
+            for result in published {
+                if let Err(e) = result {
+                    lock(&tally.failed).push(format!("{e:?}"));
+                }
+            }
+        }
+        LINKS_DROPPING.with(|d| d.set(d.get() - 1));
+    }
+}
+
+impl std::fmt::Debug for Relay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Relay::Link { left, .. } => write!(f, "Link({left})"),
+            Relay::Filler => f.write_str("Filler"),
+        }
+    }
+}
+
+/// A chain of `Drop`s that each publish into their own topic, on one thread, does not nest: the
+/// publish inside a `Drop` that retention runs does not drop retired values again further down
+/// the stack (the chain overflowed a thread's stack that way), yet every link is dropped, once.
+/// Each link's publishes trim and hand back the next link while its own `Drop` runs, so without
+/// that rule the links' drops would nest one inside another, as deep as the chain is long (20
+/// here; a chain of 200 overflowed the test thread's stack). Through `Topic::publish` only: with
+/// the outer publishes through a `Producer`, the drops did not nest even without that rule.
+#[test]
+fn a_chain_of_drops_that_publish_does_not_nest() {
+    const LINKS: u32 = 20;
+    // Statics, as for `values_dropped_by_retention_may_publish_into_their_own_topic`.
+    static HOMES: [OnceLock<Topic<Relay>>; 2] = [const { OnceLock::new() }; 2];
+    for (producers, home) in [Producers::Multi, Producers::Single]
+        .into_iter()
+        .zip(&HOMES)
+    {
+        let config = TopicConfig::default()
+            .producers(producers)
+            .segment_size(2)
+            .max_records(2);
+        let home: &'static Topic<Relay> = home.get_or_init(|| Topic::new("relay", config).unwrap());
+        let tally = Arc::new(RelayTally::default());
+        let first = Relay::Link {
+            left: LINKS - 1,
+            home,
+            tally: tally.clone(),
+        };
+        home.publish(first).unwrap();
+        // Until the last link is dropped: its segment comes back through the epoch.
+        let mut pushed = 0;
+        while *lock(&tally.dropped) < LINKS && pushed < 1_000_000 {
+            home.publish(Relay::Filler).unwrap();
+            pushed += 1;
+        }
+        let case = format!("{producers:?}");
+        let failed = lock(&tally.failed).clone();
+        assert!(failed.is_empty(), "{case}: {failed:?}");
+        assert_eq!(*lock(&tally.dropped), LINKS, "{case}: links dropped");
+        assert_eq!(*lock(&tally.deepest), 1, "{case}: link drops nested");
+    }
+}
+
 /// A value whose `Drop` counts itself, then panics if it is armed.
 struct Bomb {
     id: u64,

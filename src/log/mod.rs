@@ -2505,7 +2505,9 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// this log is its log, what this publish retired is dropped there; otherwise `TO_DROP`,
     /// left set, sends this log's next publish here. A chain of `Drop`s that publish into their
     /// own topic overflowed a test thread's stack here (`tests/drops.rs`, the echoing values:
-    /// 4 runs of the debug test binary in 60 with the lease, none in 60 before it).
+    /// 4 runs of the debug test binary in 60 with the lease, none in 60 before it). The same
+    /// file's `a_chain_of_drops_that_publish_does_not_nest` shows it every run: without this
+    /// rule its 20 links' drops nest 20 deep, and 200 overflow the stack.
     #[cold]
     fn drop_retired(&self) {
         let Some(_outer) = DropsUnderWay::enter() else {
