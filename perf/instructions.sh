@@ -56,7 +56,9 @@ function_of() {
     case $1 in
         subscription) echo 'logbus::subscription::Context<T>::run' ;;
         ring-publish | ring-multi-publish | multi-publish) echo 'count::measure_publish' ;;
+        ring-publish-slice | ring-multi-publish-slice) echo 'count::measure_publish_slice' ;;
         multi-read) echo 'count::measure_read' ;;
+        multi-read-batch) echo 'count::measure_read_batch' ;;
         *) echo "count::measure_${1//-/_}" ;;
     esac
 }

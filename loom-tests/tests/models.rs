@@ -385,6 +385,35 @@ fn close_races_a_single_producer_publish() {
     }
 }
 
+/// I2 for a batch: a many-producer batch's run is written as one copy, then published by its
+/// stamps, stored Relaxed after one Release fence (`Segment::publish_slots`). A reader reading
+/// batches as the run is published, whose scan of the stamps takes eight at a time
+/// (`Log::ready_end`), sees each value written (loom reports a read of a slot's cell that races
+/// its write), in order, once.
+#[test]
+fn batch_publish_read() {
+    model(|| {
+        let topic = Topic::<u64>::new("m", config().segment_size(8).timestamps(false)).unwrap();
+        let mut reader = topic.reader(0, Start::Earliest).unwrap();
+        let mut producer = topic.producer().unwrap();
+        assert_eq!(
+            producer.publish_slice(&[0, 1, 2, 3, 4, 5]).unwrap().offsets,
+            0..6
+        );
+        let publisher = thread::spawn(move || {
+            assert_eq!(producer.publish_slice(&[6, 7]).unwrap().offsets, 6..8);
+        });
+        let mut seen = Vec::new();
+        while seen.len() < 8 {
+            let batch = reader.next_batch(8).unwrap();
+            assert_eq!(batch.first_offset(), seen.len() as u64);
+            seen.extend(batch.values().copied());
+        }
+        assert_eq!(seen, (0..8).collect::<Vec<u64>>());
+        publisher.join().unwrap();
+    });
+}
+
 /// Segment install by racing producers: each crosses into a new segment (size 2) at once; every
 /// record lands in the right slot of the one installed segment.
 #[test]

@@ -36,7 +36,10 @@
 //!   thread: the releasing thread pushes it to the pool's `retired` list after its fence and the
 //!   dropping thread takes it from there, both under that mutex, which carries the order on.
 //! - `stamps[i]`: stored with Release after the value and metadata are written; loaded with Acquire
-//!   by readers, which makes the value visible (I2). The drop scan runs after the Acquire fence above
+//!   by readers, which makes the value visible (I2). A batch's run of slots
+//!   ([`Segment::publish_slots`]) stores its stamps Relaxed after one Release fence: a reader's
+//!   Acquire load that reads one synchronizes with that fence, which follows every write of the
+//!   run. The drop scan runs after the Acquire fence above
 //!   and may use Relaxed, and so may the zeroing of a pooled segment's stamps in `Pool::take`: the
 //!   segment is ours alone there, and installing it publishes the zeros with Release.
 //! - `filled` (single producer): stored with Release by the producer when it leaves the segment,
@@ -549,6 +552,25 @@ impl<T> Segment<T> {
     #[inline(always)]
     pub(crate) fn prefetch_stamp_ahead(&self, i: usize) {
         fetch_line_ahead::<_, AHEAD>(&self.stamps, i);
+    }
+
+    /// Publishes slots `range` (multi-producer logs), whose values and metadata the caller wrote:
+    /// a batch's run, after [`Segment::write_values`]. One fence for the run, then a plain store
+    /// a stamp (callgrind `ring-multi-publish-slice`: see `Log::publish_run`).
+    ///
+    /// # Safety
+    /// The caller reserved the offsets of `range`, wrote every slot of it, and has not published
+    /// them; `range` is within the segment, a multi-producer log's (which gives every slot a
+    /// stamp).
+    #[inline]
+    pub(crate) unsafe fn publish_slots(&self, range: std::ops::Range<usize>) {
+        // Release: every write of the run (values, metadata) is ordered before each stamp store
+        // below; a reader's Acquire load of a stamp pairs with it (I2).
+        fence(Ordering::Release);
+        for stamp in &self.stamps[range] {
+            // Relaxed: ordered by the fence above.
+            stamp.store(1, Ordering::Relaxed);
+        }
     }
 
     /// The value of slot `i`.

@@ -24,7 +24,7 @@ use logbus::{Overflow, Producers, Record, Start, Topic, TopicConfig};
 type PathEntry = (&'static str, &'static str, fn(u64));
 
 /// The paths: the only list of them (`count paths` prints it for the scripts).
-const PATHS: [PathEntry; 10] = [
+const PATHS: [PathEntry; 13] = [
     (
         "publish",
         "Producer::publish, single producer, no reader",
@@ -46,6 +46,16 @@ const PATHS: [PathEntry; 10] = [
         |n| measure_publish(&ring(Producers::Multi), n),
     ),
     (
+        "ring-publish-slice",
+        "Producer::publish_slice of 256 into the ring-like topic (the harness's batch publish)",
+        |n| measure_publish_slice(&ring(Producers::Single), n),
+    ),
+    (
+        "ring-multi-publish-slice",
+        "the same into the many-producer ring-like topic",
+        |n| measure_publish_slice(&ring(Producers::Multi), n),
+    ),
+    (
         "topic-publish",
         "Topic::publish, many producers, no reader",
         |n| measure_topic_publish(&topic(Producers::Multi), n),
@@ -62,6 +72,11 @@ const PATHS: [PathEntry; 10] = [
         "read-batch",
         "Reader::next_batch(256), summing the values",
         |n| assert_sum(measure_read_batch(&published(n), n), n),
+    ),
+    (
+        "multi-read-batch",
+        "the same on the default topic (many producers: a stamp a slot)",
+        |n| assert_sum(measure_read_batch(&published_by(Producers::Multi, n), n), n),
     ),
     ("poll", "Consumer::poll(256) and a commit per poll", |n| {
         assert_sum(measure_poll(&published(n), n), n)
@@ -108,6 +123,24 @@ fn measure_publish(t: &Topic<u64>, n: u64) {
     let mut p = t.producer().expect("the producer role is free");
     for i in 0..n {
         black_box(p.publish(i).expect("an unbounded topic takes every record"));
+    }
+}
+
+#[inline(never)]
+fn measure_publish_slice(t: &Topic<u64>, n: u64) {
+    let mut p = t.producer().expect("the producer role is free");
+    let mut values = [0u64; 256];
+    let mut sent = 0;
+    while sent < n {
+        let len = (n - sent).min(256) as usize;
+        for (k, v) in values[..len].iter_mut().enumerate() {
+            *v = sent + k as u64;
+        }
+        black_box(
+            p.publish_slice(&values[..len])
+                .expect("a ring with no reader takes every record"),
+        );
+        sent += len as u64;
     }
 }
 
