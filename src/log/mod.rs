@@ -2352,54 +2352,34 @@ impl<T: Send + Sync + 'static> Log<T> {
         taken();
         // Values whose segment retention removed before they were written (many producers).
         let mut gone = Vec::new();
-        if self.single && self.fast {
-            // The common case in a tight loop: one writer, no sizes to count. One copy per
-            // segment's run.
-            for (offset, run_end) in self.segment_runs(first, end) {
-                let (k, len) = ((offset - first) as usize, (run_end - offset) as usize);
-                // Values `k..k + len` are initialized and neither moved nor dropped yet (runs do
-                // not overlap).
-                match w.segment(self, offset >> self.shift) {
-                    // SAFETY: `offset..run_end` is inside the segment, reserved by the single
-                    // writer and unpublished, and `seg`, its segment, is held by `w`; the values
-                    // are as above, and are moved once.
-                    Some(seg) => unsafe {
-                        seg.write_values((offset & self.mask) as usize, src.add(k), len, meta)
-                    },
-                    // Trimmed already (see `write`; a single writer's own segment never is, as
-                    // retention stops at its watermark): the values are dropped here, exactly once.
-                    // SAFETY: the values are as above, and dropped once. On the slice path
-                    // (`publish_copies`) `src` comes from a shared borrow, but its values are
-                    // `Copy`, which have no drop glue: the call reads and writes nothing there.
-                    None => unsafe {
-                        std::ptr::drop_in_place(std::ptr::slice_from_raw_parts_mut(
-                            src.add(k) as *mut T,
-                            len,
-                        ))
-                    },
-                }
-            }
-        } else if self.fast {
-            // Many producers, no sizes to count: as for one writer, one copy per segment's run,
-            // then its stamps after one fence. Before, each value went in by `write_in`, stamp by
-            // stamp (callgrind `ring-multi-publish-slice`, runs of 256: 34.9 → 8.5 instructions
-            // a record; the harness's many-producer ring-like batch 1→1, alternating binaries on
-            // the 2-vCPU EPYC: ×3.4 over 4 rounds).
+        if self.fast {
+            // The common case in a tight loop: no sizes to count. One copy per segment's run;
+            // on a many-producer log its stamps follow after one fence. (Many-producer batches
+            // went in one value and one stamp at a time until stop 49: callgrind
+            // `ring-multi-publish-slice`, runs of 256, 34.9 → 8.5 instructions a record; the
+            // harness's many-producer ring-like batch 1→1, alternating binaries on the 2-vCPU
+            // EPYC, ×3.4 over 4 rounds.)
             for (offset, run_end) in self.segment_runs(first, end) {
                 let (k, len) = ((offset - first) as usize, (run_end - offset) as usize);
                 let i = (offset & self.mask) as usize;
+                // Values `k..k + len` are initialized and neither moved nor dropped yet (runs do
+                // not overlap).
                 match w.segment(self, offset >> self.shift) {
                     // SAFETY: `offset..run_end` is inside the segment, reserved by us and
-                    // unpublished, and `seg`, its segment, is held by `w`; values `k..k + len`
-                    // are initialized, neither moved nor dropped yet (runs do not overlap), and
-                    // moved once; the run is written before it is published.
+                    // unpublished, and `seg`, its segment, is held by `w`; the values are as
+                    // above, and are moved once; the run is written before it is published.
                     Some(seg) => unsafe {
                         seg.write_values(i, src.add(k), len, meta);
-                        seg.publish_slots(i..i + len);
+                        if !self.single {
+                            seg.publish_slots(i..i + len);
+                        }
                     },
-                    // Trimmed already (see `write`): as on the path below.
+                    // Trimmed already (see `write`; a single writer's own segment never is, as
+                    // retention stops at its watermark): dropped once the whole run is
+                    // published, as on the path below.
                     None if std::mem::needs_drop::<T>() => {
-                        // SAFETY: values `k..k + len` are as above, and read once.
+                        // SAFETY: the values are as above, and each is read once. (Not on the
+                        // slice path, `publish_copies`, whose `Copy` values need no drop.)
                         gone.extend((k..k + len).map(|j| unsafe { src.add(j).read() }))
                     }
                     None => {}
