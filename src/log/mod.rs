@@ -886,9 +886,9 @@ impl<T: Send + Sync + 'static> Log<T> {
             let stamps = seg.stamps(first as usize..end as usize);
             // Eight stamps at a time while all eight are set (a stamp is 0 or 1, so their AND
             // says whether all are), then one at a time to the first that is not (callgrind
-            // `multi-read-batch` 8.6 → 5.1 a record, `multi-read` 19.6 → 16.2; with the batch
-            // publish above, the harness's many-producer ring-like batch 1→2 ×2.0 over 4 rounds
-            // on the EPYC, 1→4 ×1.25).
+            // `multi-read-batch` 8.6 → 5.1 a record, `multi-read` 19.6 → 16.2; with the one-copy
+            // batch publish of `publish_run`, the harness's many-producer ring-like batch 1→2
+            // ×2.0 over 4 rounds on the EPYC, 1→4 ×1.25).
             let mut ready = 0;
             for chunk in stamps.chunks_exact(8) {
                 // Acquire: pairs with each writer's Release store of the stamp (I2).
@@ -2386,8 +2386,8 @@ impl<T: Send + Sync + 'static> Log<T> {
                 }
             }
         } else {
-            // The values move into their slots one by one, one segment's run at a time (the
-            // segment is looked up once per run).
+            // Byte retention: the values move into their slots one by one, each size counted,
+            // one segment's run at a time (the segment is looked up once per run).
             for (offset, run_end) in self.segment_runs(first, end) {
                 let run = (offset..run_end).map(|o| {
                     // SAFETY: value `o - first` is initialized and read exactly once (runs do not
