@@ -161,18 +161,19 @@ impl Drop for Relay {
             d.get()
         });
         *lock(&tally.dropped) += 1;
-        let deepest = *lock(&tally.deepest);
-        *lock(&tally.deepest) = deepest.max(depth);
+        {
+            let mut deepest = lock(&tally.deepest);
+            *deepest = (*deepest).max(depth);
+        }
         if *left > 0 {
             let next = Relay::Link {
                 left: *left - 1,
                 home,
                 tally: tally.clone(),
             };
-            let published = std::iter::once(home.publish(next))
-                .chain((0..FILLERS).map(|_| home.publish(Relay::Filler)));
-            for result in published {
-                if let Err(e) = result {
+            let fillers = (0..FILLERS).map(|_| Relay::Filler);
+            for value in std::iter::once(next).chain(fillers) {
+                if let Err(e) = home.publish(value) {
                     lock(&tally.failed).push(format!("{e:?}"));
                 }
             }
