@@ -599,6 +599,47 @@ fn pinned_publish_races_the_trim_of_its_segment() {
     });
 }
 
+/// I4, I6 for a batch: a many-producer batch's run goes in as one copy (`Log::publish_run`).
+/// Here another thread publishes past it until retention trims segment 0, which the batch may
+/// have reserved: before the batch looks its segment up (then its values wait, unwritten, until
+/// the run is published, and are dropped there), while it writes, or after. It never writes
+/// freed memory (loom checks every access), and every value is dropped exactly once, written or
+/// not. A reader that comes after reads only what retention kept, in order.
+#[test]
+fn batch_publish_races_the_trim_of_its_segment() {
+    model(|| {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let topic = Topic::<Counted>::new("m", config().max_records(1)).unwrap();
+        let (t, d) = (topic.clone(), drops.clone());
+        // If the batch reserved 0..2, offset 2 starts segment 1 and installs segment 2, which
+        // trims segment 0. (The batch on the model's first thread: then one preemption reaches
+        // its run trimmed before it is written.)
+        let singles = thread::spawn(move || {
+            (0..2)
+                .map(|_| t.publish(Counted(d.clone())).unwrap().offset)
+                .collect::<Vec<u64>>()
+        });
+        let values = [Counted(drops.clone()), Counted(drops.clone())];
+        let run = topic.publish_batch(values).unwrap().offsets;
+        let mut offsets = singles.join().unwrap();
+        assert_eq!(run.end - run.start, 2);
+        offsets.extend(run);
+        offsets.sort();
+        assert_eq!(offsets, vec![0, 1, 2, 3]);
+        // Retention keeps the last record (and may keep its segment's other one).
+        let mut reader = topic.reader(0, Start::Earliest).unwrap();
+        let first = reader.try_next().unwrap().offset();
+        assert!(first >= 2, "record {first} outlived retention");
+        for want in first + 1..4 {
+            assert_eq!(reader.try_next().unwrap().offset(), want);
+        }
+        assert!(matches!(reader.try_next(), Err(ReadError::Empty)));
+        drop(reader);
+        drop(topic);
+        assert_eq!(drops.load(SeqCst), 4);
+    });
+}
+
 /// I1, I2: on a topic without retention `Topic::publish` looks its segment up unpinned
 /// (`Directory::get_kept`). Here two threads publish at once: whichever reserves offset 2 installs
 /// segment 2, which doubles the directory's ring (two entries under loom), and the other writes
