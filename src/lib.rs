@@ -105,9 +105,11 @@
 //! panics (the others are still dropped, and the first panic is raised after them, as a `Vec`
 //! does). A reclaimed segment's values are dropped by a publishing thread after one of its
 //! publishes, never under the engine's lock or between a reservation and its publish (I6), so a
-//! value's `Drop` may publish too. The one exception: a topic dropped while another thread holds
-//! the epoch back for more than ~20 ms leaves its last segments to whichever thread releases
-//! them, which may be inside a publish to another topic.
+//! value's `Drop` may publish too. A topic dropped while another thread holds the epoch back for
+//! more than ~20 ms leaves the segments still out to a thread of its own, `logbus-drop`, which
+//! drops their values once the epoch lets them go (a `Drop` that panics there panics that thread,
+//! whose panic hook reports it); only if no thread can be started are they dropped by whichever
+//! thread releases the last of them, which may be inside a publish to another topic.
 //!
 //! ## Feature flags
 //! | feature | what it adds |

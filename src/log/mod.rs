@@ -427,6 +427,9 @@ pub(crate) struct Log<T> {
     readers: Atomic<Vec<CursorRef>>,
     dir: Directory<T>,
     pool: Arc<Pool<T>>,
+    /// [`Pool::drop_late`] for this log's values: called from `Drop`, which cannot name the
+    /// bounds a thread needs (`T: Send + Sync + 'static`), so `new`, which can, picks it.
+    drop_late: fn(Arc<Pool<T>>),
     epoch: Epoch,
     max_records: Option<u64>,
     /// Topic name and partition, for tracing events.
@@ -533,6 +536,7 @@ impl<T: Send + Sync + 'static> Log<T> {
             readers: Atomic::new(Vec::new()),
             dir: Directory::new(shift),
             pool: Pool::new(size, !single, config.timestamps, POOL_KEEP.max(ring)),
+            drop_late: Pool::drop_late,
             epoch: Epoch::new(),
             max_records: config.max_records,
             #[cfg(feature = "tracing")]
@@ -2850,11 +2854,11 @@ impl<T> Drop for Log<T> {
             drop(list.into_owned());
         }
         // Push this thread's deferred releases out and let the collector run them, so that the
-        // values of segments trimmed last are dropped here, not by whichever thread pins next
-        // once the pool is gone (where `Segment`'s `Drop` is left to drop them, maybe inside
-        // another log's reservation). Bounded: a thread descheduled while pinned holds the epoch
-        // back until it runs again, so after a few rounds this sleeps between them, letting such
-        // threads run, for at most about `DROP_WAIT` in all.
+        // values of segments trimmed last are dropped here, not by whichever thread pins next.
+        // Bounded: a thread descheduled while pinned holds the epoch back until it runs again, so
+        // after a few rounds this sleeps between them, letting such threads run, for at most
+        // about `DROP_WAIT` in all. What is still out then goes to a thread of its own
+        // (`Pool::drop_late`).
         guard.flush();
         drop(guard);
         let rounds = if std::mem::needs_drop::<T>() && !cfg!(loom) {
@@ -2877,6 +2881,9 @@ impl<T> Drop for Log<T> {
             } else {
                 std::thread::sleep(DROP_WAIT / DROP_NAPS);
             }
+        }
+        if std::mem::needs_drop::<T>() && !cfg!(loom) && self.pool.lent() != 0 {
+            (self.drop_late)(Arc::clone(&self.pool));
         }
         resume_unless_unwinding(dropped);
     }

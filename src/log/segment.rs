@@ -26,7 +26,9 @@
 //! must not run (I6): in a deferred function that any pin anywhere may run, so under the admin
 //! lock or between a reservation and its publish, and in a producer that switches segments
 //! between the two. Debug builds and loom models check that no value is dropped in such a place
-//! ([`bar_user_code`]).
+//! ([`bar_user_code`]). Once the log is gone, the segments the epoch still holds come back to a
+//! pool kept alive by a thread of its own, which drops their values ([`Pool::drop_late`]); the
+//! release, wherever it runs, only retires them.
 //!
 //! # Orderings
 //! - `refs`: increments are Relaxed (the caller already holds a reference or is pinned, so the
@@ -69,8 +71,8 @@ use crate::clock;
 
 use crate::sync::{
     clear_flags, fence, keep_store_order, lock, move_into, prefetch, prefetch_l2, prefetch_write,
-    touch_pages, values_of, Arc, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Mutex, Ordering,
-    SlotBase, UnsafeCell,
+    touch_pages, values_of, Arc, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Epoch, Mutex,
+    Ordering, SlotBase, UnsafeCell,
 };
 
 // The count behind [`UserCodeBarred`]: debug builds, and loom models (built for release, but
@@ -136,6 +138,10 @@ const AHEAD: usize = 8 * LINE;
 /// cache (`cldemote`) halved the standalone loop: on this VM a line comes to the reader faster
 /// from the producer's core than from L3.
 const BATCH_AHEAD: usize = 32 * LINE;
+
+/// The first and the longest nap of [`Pool::drop_late`]'s thread between its rounds.
+const LATE_NAP: std::time::Duration = std::time::Duration::from_millis(1);
+const LATE_NAP_MAX: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The page size the CPU's stream prefetchers work within, and how many lines at the head of
 /// each page a reader fetches ahead ([`Segment::prefetch_page_heads`]).
@@ -761,7 +767,8 @@ impl<T> Drop for Segment<T> {
         // Values are dropped by `Pool::drop_retired`; a spare segment holds none (it was emptied,
         // and `filled`/stamps say so). A retired one still holds them when its pool goes with its
         // log before a publisher got to them; then this is the only place left to drop them,
-        // unchecked (see `Log`'s `Drop`, which makes that rare).
+        // unchecked (see `Log`'s `Drop` and `Pool::drop_late`, which leave that only where no
+        // thread could be started).
         let dropped = self.drop_values_checked(false);
         let len = self.len();
         // Relaxed: `&mut self`, nobody else can reach the segment.
@@ -1066,6 +1073,39 @@ impl<T> Pool<T> {
                 self.keep_spare(seg);
             }
         }
+    }
+
+    /// Hands the segments still out when the pool's log goes (held back by the epoch, see
+    /// `Log`'s `Drop`) to a thread of its own, named `logbus-drop`, which waits for them and drops
+    /// their values. The pool stays alive with it, so a deferred release run by another thread's
+    /// pin, maybe inside a publish to another log, only retires its segment here and runs none
+    /// of the application's code there (I6). The thread pins, flushes and drains, with naps from
+    /// 1 ms growing to 100 ms between rounds, until every segment came back; then it raises the
+    /// first panic of a value's `Drop`, if any, on itself (the panic hook reports it). If no
+    /// thread can be started, the pool goes with the last of them, which drops their values
+    /// wherever that is released.
+    pub(crate) fn drop_late(pool: Arc<Self>)
+    where
+        T: Send + Sync + 'static,
+    {
+        let _ = std::thread::Builder::new()
+            .name("logbus-drop".into())
+            .spawn(move || {
+                let epoch = Epoch::new();
+                let mut dropped = Ok(());
+                let mut nap = LATE_NAP;
+                loop {
+                    epoch.pin().flush();
+                    dropped = dropped.and(pool.drop_retired());
+                    if pool.lent() == 0 {
+                        break;
+                    }
+                    std::thread::sleep(nap);
+                    nap = (nap * 2).min(LATE_NAP_MAX);
+                }
+                drop(pool);
+                resume_unless_unwinding(dropped);
+            });
     }
 
     /// How many segments are out of the pool (installed, or held by a reader, a producer or a
