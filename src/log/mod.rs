@@ -427,9 +427,6 @@ pub(crate) struct Log<T> {
     readers: Atomic<Vec<CursorRef>>,
     dir: Directory<T>,
     pool: Arc<Pool<T>>,
-    /// [`Pool::drop_late`] for this log's values: called from `Drop`, which cannot name the
-    /// bounds a thread needs (`T: Send + Sync + 'static`), so `new`, which can, picks it.
-    drop_late: fn(Arc<Pool<T>>),
     epoch: Epoch,
     max_records: Option<u64>,
     /// Topic name and partition, for tracing events.
@@ -536,7 +533,6 @@ impl<T: Send + Sync + 'static> Log<T> {
             readers: Atomic::new(Vec::new()),
             dir: Directory::new(shift),
             pool: Pool::new(size, !single, config.timestamps, POOL_KEEP.max(ring)),
-            drop_late: Pool::drop_late,
             epoch: Epoch::new(),
             max_records: config.max_records,
             #[cfg(feature = "tracing")]
@@ -2883,7 +2879,7 @@ impl<T> Drop for Log<T> {
             }
         }
         if std::mem::needs_drop::<T>() && !cfg!(loom) && self.pool.lent() != 0 {
-            (self.drop_late)(Arc::clone(&self.pool));
+            (self.pool.drop_late)(Arc::clone(&self.pool));
         }
         resume_unless_unwinding(dropped);
     }

@@ -940,10 +940,16 @@ pub(crate) struct Pool<T> {
     retired: Mutex<Vec<Box<Segment<T>>>>,
     /// Segments taken and not yet spare again (see [`Pool::lent`]).
     lent: AtomicUsize,
+    /// [`Pool::drop_late`], for `Log`'s `Drop`, which cannot name the bounds a thread needs
+    /// (`T: Send + Sync + 'static`); `new`, which can, picks it.
+    pub(crate) drop_late: fn(Arc<Self>),
 }
 
 impl<T> Pool<T> {
-    pub(crate) fn new(size: usize, stamped: bool, timestamps: bool, keep: usize) -> Arc<Self> {
+    pub(crate) fn new(size: usize, stamped: bool, timestamps: bool, keep: usize) -> Arc<Self>
+    where
+        T: Send + Sync + 'static,
+    {
         Arc::new(Pool {
             size,
             stamped,
@@ -952,6 +958,7 @@ impl<T> Pool<T> {
             spare: Mutex::new(Vec::new()),
             retired: Mutex::new(Vec::new()),
             lent: AtomicUsize::new(0),
+            drop_late: Self::drop_late,
         })
     }
 
@@ -1084,7 +1091,7 @@ impl<T> Pool<T> {
     /// first panic of a value's `Drop`, if any, on itself (the panic hook reports it). If no
     /// thread can be started, the pool goes with the last of them, which drops their values
     /// wherever that is released.
-    pub(crate) fn drop_late(pool: Arc<Self>)
+    fn drop_late(pool: Arc<Self>)
     where
         T: Send + Sync + 'static,
     {
