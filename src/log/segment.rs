@@ -1087,10 +1087,11 @@ impl<T> Pool<T> {
     /// their values. The pool stays alive with it, so a deferred release run by another thread's
     /// pin, maybe inside a publish to another log, only retires its segment here and runs none
     /// of the application's code there (I6). The thread pins, flushes and drains, with naps from
-    /// 1 ms growing to 100 ms between rounds, until every segment came back; then it raises the
-    /// first panic of a value's `Drop`, if any, on itself (the panic hook reports it). If no
-    /// thread can be started, the pool goes with the last of them, which drops their values
-    /// wherever that is released.
+    /// 1 ms growing to 100 ms between rounds, until every segment came back. A value's `Drop`
+    /// that panics stops none of the others; the panic hook reports it where it happens, and the
+    /// thread, which nobody joins, ends with the first such panic. If no thread can be started,
+    /// the pool goes with the last of the segments, which drops their values wherever that is
+    /// released.
     fn drop_late(pool: Arc<Self>)
     where
         T: Send + Sync + 'static,
