@@ -149,6 +149,8 @@ thread_local! {
 
 /// How many `Filler` a `Link`'s drop publishes after the next link: enough segment switches
 /// (segments of 2) for the epoch to hand the next link's segment back within the same `Drop`.
+/// It publishes one more before the next link, so that the link starts a segment of its own (see
+/// `a_chain_of_drops_that_publish_does_not_nest`).
 const FILLERS: u32 = 64;
 
 impl Drop for Relay {
@@ -172,7 +174,10 @@ impl Drop for Relay {
                 tally: tally.clone(),
             };
             let fillers = (0..FILLERS).map(|_| Relay::Filler);
-            for value in std::iter::once(next).chain(fillers) {
+            let values = std::iter::once(Relay::Filler)
+                .chain(std::iter::once(next))
+                .chain(fillers);
+            for value in values {
                 if let Err(e) = home.publish(value) {
                     lock(&tally.failed).push(format!("{e:?}"));
                 }
@@ -196,36 +201,52 @@ impl std::fmt::Debug for Relay {
 /// the stack (the chain overflowed a thread's stack that way), yet every link is dropped, once.
 /// Each link's publishes trim and hand back the next link while its own `Drop` runs, so without
 /// that rule the links' drops would nest one inside another, as deep as the chain is long (20
-/// here; a chain of 200 overflowed the test thread's stack). Through `Topic::publish` only: with
-/// the outer publishes through a `Producer`, the drops did not nest even without that rule.
+/// here; a chain of 200 overflowed the test thread's stack). The outer publishes go through
+/// `Topic::publish` on both kinds of topic, and through a `Producer` on a many-producer one.
+///
+/// The `Producer` is why each `Drop` publishes a filler before the next link. Retention's drops
+/// follow the publish that switched segments, so the publish that runs a link's `Drop` is the
+/// first of its segment, which the `Producer` holds until it moves on; a next link published
+/// right after it lands in that segment and comes back only then (the drops did not nest there
+/// even without the rule). After the filler it starts a segment of its own.
 #[test]
 fn a_chain_of_drops_that_publish_does_not_nest() {
     const LINKS: u32 = 20;
     // Statics, as for `values_dropped_by_retention_may_publish_into_their_own_topic`.
-    static HOMES: [OnceLock<Topic<Relay>>; 2] = [const { OnceLock::new() }; 2];
-    for (producers, home) in [Producers::Multi, Producers::Single]
-        .into_iter()
-        .zip(&HOMES)
-    {
+    static HOMES: [OnceLock<Topic<Relay>>; 3] = [const { OnceLock::new() }; 3];
+    let cases = [
+        (Producers::Multi, Via::Topic),
+        (Producers::Single, Via::Topic),
+        (Producers::Multi, Via::Producer),
+    ];
+    for ((producers, via), home) in cases.into_iter().zip(&HOMES) {
         let config = TopicConfig::default()
             .producers(producers)
             .segment_size(2)
             .max_records(2);
         let home: &'static Topic<Relay> = home.get_or_init(|| Topic::new("relay", config).unwrap());
+        let mut producer = match via {
+            Via::Producer => Some(home.producer().unwrap()),
+            Via::Topic => None,
+        };
+        let mut publish = |value| match producer.as_mut() {
+            Some(p) => p.publish(value).map(drop),
+            None => home.publish(value).map(drop),
+        };
         let tally = Arc::new(RelayTally::default());
         let first = Relay::Link {
             left: LINKS - 1,
             home,
             tally: tally.clone(),
         };
-        home.publish(first).unwrap();
+        publish(first).unwrap();
         // Until the last link is dropped: its segment comes back through the epoch.
         let mut pushed = 0;
         while *lock(&tally.dropped) < LINKS && pushed < 1_000_000 {
-            home.publish(Relay::Filler).unwrap();
+            publish(Relay::Filler).unwrap();
             pushed += 1;
         }
-        let case = format!("{producers:?}");
+        let case = format!("{producers:?} {via:?}");
         let failed = lock(&tally.failed).clone();
         assert!(failed.is_empty(), "{case}: {failed:?}");
         assert_eq!(*lock(&tally.dropped), LINKS, "{case}: links dropped");
