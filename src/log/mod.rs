@@ -2863,12 +2863,9 @@ impl<T> Drop for Log<T> {
             2
         };
         // A `Drop` that panics stops nothing here either: the first panic is resumed at the end.
-        let mut dropped = Ok(());
-        for round in 0..rounds {
-            self.epoch.pin().flush();
-            dropped = dropped.and(self.pool.drop_retired());
-            if self.pool.lent() == 0 {
-                break;
+        let (all_back, dropped) = self.pool.drop_until_back(&self.epoch, |round| {
+            if round + 1 >= rounds {
+                return false;
             }
             if cfg!(loom) {
                 // Loom's collector runs what is left when the log's `Epoch` goes.
@@ -2877,8 +2874,9 @@ impl<T> Drop for Log<T> {
             } else {
                 std::thread::sleep(DROP_WAIT / DROP_NAPS);
             }
-        }
-        if std::mem::needs_drop::<T>() && !cfg!(loom) && self.pool.lent() != 0 {
+            true
+        });
+        if !all_back && std::mem::needs_drop::<T>() && !cfg!(loom) {
             (self.pool.drop_late)(Arc::clone(&self.pool));
         }
         resume_unless_unwinding(dropped);

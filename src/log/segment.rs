@@ -1099,21 +1099,40 @@ impl<T> Pool<T> {
         let _ = std::thread::Builder::new()
             .name("logbus-drop".into())
             .spawn(move || {
-                let epoch = Epoch::new();
-                let mut dropped = Ok(());
                 let mut nap = LATE_NAP;
-                loop {
-                    epoch.pin().flush();
-                    dropped = dropped.and(pool.drop_retired());
-                    if pool.lent() == 0 {
-                        break;
-                    }
+                let (_, dropped) = pool.drop_until_back(&Epoch::new(), |_| {
                     std::thread::sleep(nap);
                     nap = (nap * 2).min(LATE_NAP_MAX);
-                }
+                    true
+                });
                 drop(pool);
                 resume_unless_unwinding(dropped);
             });
+    }
+
+    /// Drops the values of retired segments round after round (each round pins and flushes
+    /// `epoch` first, letting deferred releases run) until every segment lent out came back
+    /// (`true`) or `pause`, called between rounds with the round's number, says to stop
+    /// (`false`). Returns which, and the first panic of a value's `Drop`, if any: as in
+    /// [`Pool::drop_retired`], a panic stops nothing. Only where the application's code may run.
+    pub(crate) fn drop_until_back(
+        &self,
+        epoch: &Epoch,
+        mut pause: impl FnMut(u32) -> bool,
+    ) -> (bool, Result<(), Panic>) {
+        let mut dropped = Ok(());
+        let mut round = 0;
+        loop {
+            epoch.pin().flush();
+            dropped = dropped.and(self.drop_retired());
+            if self.lent() == 0 {
+                return (true, dropped);
+            }
+            if !pause(round) {
+                return (false, dropped);
+            }
+            round += 1;
+        }
     }
 
     /// How many segments are out of the pool (installed, or held by a reader, a producer or a
