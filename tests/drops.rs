@@ -21,6 +21,22 @@ enum Via {
     Producer,
 }
 
+/// Publishes into `home` as `via` says (through a `Producer` made here, which stays with the
+/// function), unwrapping each publish.
+fn publisher<T: Send + Sync + std::fmt::Debug + 'static>(
+    home: &'static Topic<T>,
+    via: Via,
+) -> impl FnMut(T) {
+    let mut producer = match via {
+        Via::Producer => Some(home.producer().unwrap()),
+        Via::Topic => None,
+    };
+    move |value| match producer.as_mut() {
+        Some(producer) => drop(producer.publish(value).unwrap()),
+        None => drop(home.publish(value).unwrap()),
+    }
+}
+
 /// A record whose drop publishes an echo into its own topic, as an application's value may
 /// (a handle released, a telemetry event sent). A `Data` value is the application's; its drop is
 /// the application's code, which must not run under the engine's lock or between a reservation
@@ -87,21 +103,14 @@ fn values_dropped_by_retention_may_publish_into_their_own_topic() {
             .map(|p| {
                 let tally = tally.clone();
                 thread::spawn(move || {
-                    let mut producer = match via {
-                        Via::Producer => Some(home.producer().unwrap()),
-                        Via::Topic => None,
-                    };
+                    let mut publish = publisher(home, via);
                     for i in 0..each {
                         let id = p * each + i;
-                        let value = Echoing::Data {
+                        publish(Echoing::Data {
                             id,
                             home,
                             tally: tally.clone(),
-                        };
-                        match &mut producer {
-                            Some(producer) => producer.publish(value).unwrap(),
-                            None => home.publish(value).unwrap(),
-                        };
+                        });
                     }
                 })
             })
@@ -225,25 +234,18 @@ fn a_chain_of_drops_that_publish_does_not_nest() {
             .segment_size(2)
             .max_records(2);
         let home: &'static Topic<Relay> = home.get_or_init(|| Topic::new("relay", config).unwrap());
-        let mut producer = match via {
-            Via::Producer => Some(home.producer().unwrap()),
-            Via::Topic => None,
-        };
-        let mut publish = |value| match producer.as_mut() {
-            Some(p) => p.publish(value).map(drop),
-            None => home.publish(value).map(drop),
-        };
+        let mut publish = publisher(home, via);
         let tally = Arc::new(RelayTally::default());
         let first = Relay::Link {
             left: LINKS - 1,
             home,
             tally: tally.clone(),
         };
-        publish(first).unwrap();
+        publish(first);
         // Until the last link is dropped: its segment comes back through the epoch.
         let mut pushed = 0;
         while *lock(&tally.dropped) < LINKS && pushed < 1_000_000 {
-            publish(Relay::Filler).unwrap();
+            publish(Relay::Filler);
             pushed += 1;
         }
         let case = format!("{producers:?} {via:?}");
