@@ -862,7 +862,8 @@ impl<T: Send + Sync + 'static> Log<T> {
             // Acquire: pairs with the writer's Release store of the watermark.
             offset < self.watermark.load(Ordering::Acquire)
         } else {
-            // Acquire: pairs with the writer's Release store of the stamp (I2).
+            // Acquire: pairs with the writer's Release store of the stamp, or with the Release
+            // fence before a batch's Relaxed stamp stores (`Segment::publish_slots`) (I2).
             seg.stamp(i).load(Ordering::Acquire) != 0
         }
     }
@@ -891,7 +892,9 @@ impl<T: Send + Sync + 'static> Log<T> {
             // ×2.0 over 4 rounds on the EPYC, 1→4 ×1.25).
             let mut ready = 0;
             for chunk in stamps.chunks_exact(8) {
-                // Acquire: pairs with each writer's Release store of the stamp (I2).
+                // Acquire: pairs with each writer's Release store of the stamp, or with the
+                // Release fence before a batch's Relaxed stamp stores (`Segment::publish_slots`)
+                // (I2).
                 let all = chunk
                     .iter()
                     .fold(1, |all, stamp| all & stamp.load(Ordering::Acquire));
