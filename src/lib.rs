@@ -107,11 +107,11 @@
 //! publishes, never under the engine's lock or between a reservation and its publish (I6), so a
 //! value's `Drop` may publish too. A topic dropped while another thread holds the epoch back for
 //! more than ~20 ms (logbus pins crossbeam-epoch's process-wide collector, so a guard the
-//! application holds on it counts) leaves the segments still out to a thread of its own,
-//! `logbus-drop`, which drops their values once the epoch lets them go (a `Drop` that panics
-//! there is reported by the panic hook and stops none of the others); only if no thread can be
-//! started are they dropped by whichever thread releases the last of them, which may be inside a
-//! publish to another topic.
+//! application holds on it counts) leaves the segments still out to the process's one late-drop
+//! thread, `logbus-drop`, which drops their values once the epoch lets them go and ends when none
+//! is left (a `Drop` that panics there is reported by the panic hook and stops none of the
+//! others); only if no thread can be started are they dropped by whichever thread releases the
+//! last of them, which may be inside a publish to another topic.
 //!
 //! ## Feature flags
 //! | feature | what it adds |

@@ -8,6 +8,7 @@
 //! What lives here:
 //! - atomics, `fence`, `Arc`, `Mutex`, `Condvar`, `thread`, `UnsafeCell` (with loom's closure API on
 //!   both sides), and [`SlotBase`], a writer's raw handle on an array of cells;
+//! - [`StaticLock`]: a mutex for a `static` (the standard one under loom too);
 //! - [`OwnValue`]: a single writer's read of its own atomic (loom's `unsync_load` under loom, so
 //!   that loom's scheduler sees the races of other threads' loads with its stores);
 //! - [`Futex`]: a 32-bit word a thread can sleep on (atomic-wait), with a timed wait of our own;
@@ -27,7 +28,7 @@
 //! the parking reader's re-check, or its later load of the parked count observes the reader's increment.
 //! That lets the light side be a compiler fence only. When membarrier is unavailable both sides fall back
 //! to `fence(SeqCst)`; under loom both sides are `fence(SeqCst)`, which is what loom can model, and a
-//! model picks which publish paths its logs take ([`loom_free_light_barrier`]).
+//! model picks which publish paths its logs take (`loom_free_light_barrier`, under loom only).
 //! [`WaitersByCpu`]'s counts publish nothing and are `Relaxed` (see there). [`OwnValue`] is a
 //! `Relaxed` load of a word whose every store is ordered before it already (its caller's own, or
 //! made under a lock the caller holds): coherence gives the latest value, and nothing is
@@ -72,6 +73,24 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     match m.lock() {
         Ok(g) => g,
         Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+/// A lock that can live in a `static`: process-wide state no loom model reaches (the late-drop
+/// thread's list of pools), so the standard mutex on both sides (loom's cannot be built in a
+/// `const`). Poisoning is ignored, as in [`lock`].
+pub(crate) struct StaticLock<T>(std::sync::Mutex<T>);
+
+impl<T> StaticLock<T> {
+    pub(crate) const fn new(value: T) -> Self {
+        StaticLock(std::sync::Mutex::new(value))
+    }
+
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, T> {
+        match self.0.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        }
     }
 }
 
@@ -668,7 +687,7 @@ pub(crate) fn light_barrier() {
 /// membarrier; the light side only stops the compiler). Settled by [`init_barriers`], after which
 /// it never changes, so a log may keep the answer and spare its hottest path the global's load.
 ///
-/// Under loom it is whatever the model chose with [`loom_free_light_barrier`] (`false` unless
+/// Under loom it is whatever the model chose with `loom_free_light_barrier` (`false` unless
 /// it did): the logs it then makes take the short paths of a process with membarrier, which is
 /// every Linux process in practice, while both sides of the barrier stay `fence(SeqCst)`.
 #[inline]

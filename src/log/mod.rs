@@ -2856,7 +2856,7 @@ impl<T> Drop for Log<T> {
         // values of segments trimmed last are dropped here, not by whichever thread pins next.
         // Bounded: a thread descheduled while pinned holds the epoch back until it runs again, so
         // after a few rounds this sleeps between them, letting such threads run, for at most
-        // about `DROP_WAIT` in all. What is still out then goes to a thread of its own
+        // about `DROP_WAIT` in all. What is still out then goes to the late-drop thread
         // (`Pool::drop_late`).
         guard.flush();
         drop(guard);

@@ -27,8 +27,8 @@
 //! lock or between a reservation and its publish, and in a producer that switches segments
 //! between the two. Debug builds and loom models check that no value is dropped in such a place
 //! ([`bar_user_code`]). Once the log is gone, the segments the epoch still holds come back to a
-//! pool kept alive by a thread of its own, which drops their values ([`Pool::drop_late`]); the
-//! release, wherever it runs, only retires them.
+//! pool kept alive by the process's late-drop thread, which drops their values
+//! ([`Pool::drop_late`]); the release, wherever it runs, only retires them.
 //!
 //! # Orderings
 //! - `refs`: increments are Relaxed (the caller already holds a reference or is pinned, so the
@@ -72,7 +72,7 @@ use crate::clock;
 use crate::sync::{
     clear_flags, fence, keep_store_order, lock, move_into, prefetch, prefetch_l2, prefetch_write,
     touch_pages, values_of, Arc, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Epoch, Mutex,
-    Ordering, SlotBase, UnsafeCell,
+    Ordering, SlotBase, StaticLock, UnsafeCell,
 };
 
 // The count behind [`UserCodeBarred`]: debug builds, and loom models (built for release, but
@@ -139,7 +139,7 @@ const AHEAD: usize = 8 * LINE;
 /// from the producer's core than from L3.
 const BATCH_AHEAD: usize = 32 * LINE;
 
-/// The first and the longest nap of [`Pool::drop_late`]'s thread between its rounds.
+/// The first and the longest nap of the late-drop thread ([`drop_late_pools`]) between its rounds.
 const LATE_NAP: std::time::Duration = std::time::Duration::from_millis(1);
 const LATE_NAP_MAX: std::time::Duration = std::time::Duration::from_millis(100);
 
@@ -835,6 +835,71 @@ pub(crate) fn resume_unless_unwinding(dropped: Result<(), Panic>) {
     }
 }
 
+/// The pools of dropped logs whose last segments the epoch still held when their log went (see
+/// [`Pool::drop_late`]), and whether the thread that drains them runs.
+struct LatePools {
+    pools: Vec<Box<dyn LateDrop>>,
+    running: bool,
+}
+
+static LATE: StaticLock<LatePools> = StaticLock::new(LatePools {
+    pools: Vec::new(),
+    running: false,
+});
+
+/// A pool on the late-drop list (the list's reference to it), whatever its record type.
+trait LateDrop: Send {
+    /// Drops the values of what came back (the caller pinned and flushed the epoch first).
+    /// Whether every segment is back, and the first panic of a value's `Drop`, if any.
+    fn drain(&self) -> (bool, Result<(), Panic>);
+}
+
+impl<T: Send + Sync> LateDrop for Arc<Pool<T>> {
+    fn drain(&self) -> (bool, Result<(), Panic>) {
+        let dropped = self.drop_retired();
+        (self.lent() == 0, dropped)
+    }
+}
+
+/// The late-drop thread: round after round it takes the pools newly listed, pins and flushes the
+/// epoch (letting deferred releases run), and drains every pool it holds, letting go of each whose
+/// segments all came back. It naps between rounds, from 1 ms growing to 100 ms (back to 1 ms when
+/// a pool arrives), and ends, under the list's lock, once it holds none and none is listed. A
+/// value's `Drop` that panics stops none of the others and not the thread: the panic hook
+/// reported it where it happened, and its payload is dropped here.
+fn drop_late_pools() {
+    let epoch = Epoch::new();
+    let mut pools: Vec<Box<dyn LateDrop>> = Vec::new();
+    let mut nap = LATE_NAP;
+    loop {
+        {
+            let mut late = LATE.lock();
+            if !late.pools.is_empty() {
+                pools.append(&mut late.pools);
+                nap = LATE_NAP;
+            } else if pools.is_empty() {
+                late.running = false;
+                return;
+            }
+        }
+        epoch.pin().flush();
+        pools.retain(|pool| {
+            let (all_back, dropped) = pool.drain();
+            if let Err(payload) = dropped {
+                // A payload whose own `Drop` panics is left undropped rather than end the thread.
+                if let Err(again) = panic::catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+                    std::mem::forget(again);
+                }
+            }
+            !all_back
+        });
+        if !pools.is_empty() {
+            std::thread::sleep(nap);
+            nap = (nap * 2).min(LATE_NAP_MAX);
+        }
+    }
+}
+
 /// Frees an array of `len` cells made by `Box::into_raw` of a boxed slice; nothing if null.
 ///
 /// # Safety
@@ -940,8 +1005,8 @@ pub(crate) struct Pool<T> {
     retired: Mutex<Vec<Box<Segment<T>>>>,
     /// Segments taken and not yet spare again (see [`Pool::lent`]).
     lent: AtomicUsize,
-    /// [`Pool::drop_late`], for `Log`'s `Drop`, which cannot name the bounds a thread needs
-    /// (`T: Send + Sync + 'static`); `new`, which can, picks it.
+    /// [`Pool::drop_late`], for `Log`'s `Drop`, which cannot name the bounds the late-drop
+    /// thread's list needs (`T: Send + Sync + 'static`); `new`, which can, picks it.
     pub(crate) drop_late: fn(Arc<Self>),
 }
 
@@ -1083,31 +1148,31 @@ impl<T> Pool<T> {
     }
 
     /// Hands the segments still out when the pool's log goes (held back by the epoch, see
-    /// `Log`'s `Drop`) to a thread of its own, named `logbus-drop`, which waits for them and drops
-    /// their values. The pool stays alive with it, so a deferred release run by another thread's
-    /// pin, maybe inside a publish to another log, only retires its segment here and runs none
-    /// of the application's code there (I6). The thread pins, flushes and drains, with naps from
-    /// 1 ms growing to 100 ms between rounds, until every segment came back. A value's `Drop`
-    /// that panics stops none of the others; the panic hook reports it where it happens, and the
-    /// thread, which nobody joins, ends with the first such panic. If no thread can be started,
-    /// the pool goes with the last of the segments, which drops their values wherever that is
-    /// released.
+    /// `Log`'s `Drop`) to the process's one late-drop thread, named `logbus-drop`, which waits for
+    /// them and drops their values ([`drop_late_pools`]). The pool stays alive on its list, so a
+    /// deferred release run by another thread's pin, maybe inside a publish to another log, only
+    /// retires its segment here and runs none of the application's code there (I6). The thread
+    /// is started for the first such pool and ends once no pool is left on its list, so a
+    /// program that drops many topics while some thread stays pinned has one such thread, not
+    /// one a topic. If no thread can be started, the pool goes with the last of the segments,
+    /// which drops their values wherever that is released.
     fn drop_late(pool: Arc<Self>)
     where
         T: Send + Sync + 'static,
     {
-        let _ = std::thread::Builder::new()
+        let mut late = LATE.lock();
+        late.pools.push(Box::new(pool));
+        if late.running {
+            return;
+        }
+        let started = std::thread::Builder::new()
             .name("logbus-drop".into())
-            .spawn(move || {
-                let mut nap = LATE_NAP;
-                let (_, dropped) = pool.drop_until_back(&Epoch::new(), |_| {
-                    std::thread::sleep(nap);
-                    nap = (nap * 2).min(LATE_NAP_MAX);
-                    true
-                });
-                drop(pool);
-                resume_unless_unwinding(dropped);
-            });
+            .spawn(drop_late_pools);
+        late.running = started.is_ok();
+        // Not started: the pool leaves the list (dropped after the lock, as nothing is run under it).
+        let unlisted = if late.running { None } else { late.pools.pop() };
+        drop(late);
+        drop(unlisted);
     }
 
     /// Drops the values of retired segments round after round (each round pins and flushes
