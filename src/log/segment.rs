@@ -868,6 +868,17 @@ impl<T: Send + Sync> LateDrop for Arc<Pool<T>> {
 /// value's `Drop` that panics stops none of the others and not the thread: the panic hook
 /// reported it where it happened, and its payload is dropped here.
 fn drop_late_pools() {
+    /// Should the thread ever unwind (an engine bug: the values' panics are caught), the next
+    /// pool listed starts another, and the pools this one held go with their last segments.
+    struct Stopped;
+    impl Drop for Stopped {
+        fn drop(&mut self) {
+            if std::thread::panicking() {
+                LATE.lock().running = false;
+            }
+        }
+    }
+    let _stopped = Stopped;
     let epoch = Epoch::new();
     let mut pools: Vec<Box<dyn LateDrop>> = Vec::new();
     let mut nap = LATE_NAP;
