@@ -1502,6 +1502,12 @@ fn main() {
                             eprintln!("{scenario} {producers}->{subs}: {}", bus.name());
                         }
                         let v = kept_tput(bus, &o, &pins, &mut kept, (producers, subs), batch);
+                        if std::env::var_os("PERF_TRACE").is_some() {
+                            match v {
+                                Some(v) => eprintln!("  {v:.1} Mmsg/s"),
+                                None => eprintln!("  not run here"),
+                            }
+                        }
                         (bus.name(), $ours, v)
                     }};
                 }
