@@ -192,21 +192,7 @@ fn lease_ended_by_another_publisher() {
 #[test]
 fn leased_holder_blocked_for_room() {
     model_within(Paths::Membarrier, Some(1), || {
-        let config = config().max_records(1).overflow(Overflow::Block);
-        let (topic, reader, mut holder) = leased_topic(config);
-        let leased = thread::spawn(move || {
-            let offset = holder.publish(100).unwrap().offset;
-            (offset, holder)
-        });
-        drop(reader);
-        let t = topic.clone();
-        let other = thread::spawn(move || t.publish(200).unwrap().offset);
-        let (a, holder) = leased.join().unwrap();
-        let mut offsets = vec![a, other.join().unwrap()];
-        offsets.sort();
-        assert_eq!(offsets, vec![1, 2], "distinct and dense (I1)");
-        drop(holder);
-        assert_eq!(topic.stats().partitions[0].end, 3);
+        leased_holder_blocked_then_another_publishes(true)
     });
 }
 
@@ -220,21 +206,34 @@ fn leased_holder_blocked_for_room() {
 #[ignore = "about 8 minutes at two preemptions; run with -- --ignored"]
 fn leased_holder_blocked_for_room_two_threads() {
     model_on(Paths::Membarrier, || {
-        let config = config().max_records(1).overflow(Overflow::Block);
-        let (topic, reader, mut holder) = leased_topic(config);
-        let leased = thread::spawn(move || {
-            let offset = holder.publish(100).unwrap().offset;
-            (offset, holder)
-        });
-        drop(reader);
-        let other = topic.publish(200).unwrap().offset;
-        let (a, holder) = leased.join().unwrap();
-        let mut offsets = vec![a, other];
-        offsets.sort();
-        assert_eq!(offsets, vec![1, 2], "distinct and dense (I1)");
-        drop(holder);
-        assert_eq!(topic.stats().partitions[0].end, 3);
+        leased_holder_blocked_then_another_publishes(false)
     });
+}
+
+/// The two models above: a leased holder waits for room under `Block` until the reader goes,
+/// and another publish, on a thread of its own (`spawn_other`) or on the model's, ends the lease.
+fn leased_holder_blocked_then_another_publishes(spawn_other: bool) {
+    let config = config().max_records(1).overflow(Overflow::Block);
+    let (topic, reader, mut holder) = leased_topic(config);
+    let leased = thread::spawn(move || {
+        let offset = holder.publish(100).unwrap().offset;
+        (offset, holder)
+    });
+    drop(reader);
+    let other: Box<dyn FnOnce() -> u64> = if spawn_other {
+        let t = topic.clone();
+        let other = thread::spawn(move || t.publish(200).unwrap().offset);
+        Box::new(move || other.join().unwrap())
+    } else {
+        let offset = topic.publish(200).unwrap().offset;
+        Box::new(move || offset)
+    };
+    let (a, holder) = leased.join().unwrap();
+    let mut offsets = vec![a, other()];
+    offsets.sort();
+    assert_eq!(offsets, vec![1, 2], "distinct and dense (I1)");
+    drop(holder);
+    assert_eq!(topic.stats().partitions[0].end, 3);
 }
 
 /// The lease against `close` while its holder waits for room under `Block`, outside its busy
