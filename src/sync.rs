@@ -70,10 +70,13 @@ use std::time::Duration;
 /// Locks a mutex, ignoring poisoning: no user code ever runs under an engine lock, so a poisoned lock
 /// can only come from an engine bug that already panicked, and the data it guards stays consistent.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(poisoned) => poisoned.into_inner(),
-    }
+    unpoisoned(m.lock())
+}
+
+/// What a lock (or a wait on one) gave, poisoned or not (see [`lock`]). Loom's locks give std's
+/// `LockResult` too.
+fn unpoisoned<G>(result: std::sync::LockResult<G>) -> G {
+    result.unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// A lock that can live in a `static`: process-wide state no loom model reaches (the late-drop
@@ -87,10 +90,7 @@ impl<T> StaticLock<T> {
     }
 
     pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, T> {
-        match self.0.lock() {
-            Ok(g) => g,
-            Err(poisoned) => poisoned.into_inner(),
-        }
+        unpoisoned(self.0.lock())
     }
 }
 
@@ -100,10 +100,7 @@ pub(crate) fn wait_timeout<'a, T>(
     guard: MutexGuard<'a, T>,
     timeout: Duration,
 ) -> MutexGuard<'a, T> {
-    match cond.wait_timeout(guard, timeout) {
-        Ok((g, _)) => g,
-        Err(poisoned) => poisoned.into_inner().0,
-    }
+    unpoisoned(cond.wait_timeout(guard, timeout)).0
 }
 
 /// Sets every flag to 0 through `&mut` (no other thread can reach them): plain stores, which the
