@@ -2866,9 +2866,15 @@ impl<T> Drop for Log<T> {
             2
         };
         // A `Drop` that panics stops nothing here either: the first panic is resumed at the end.
-        let (all_back, dropped) = self.pool.drop_until_back(&self.epoch, |round| {
-            if round + 1 >= rounds {
-                return false;
+        let mut dropped = Ok(());
+        let mut all_back = false;
+        for round in 0..rounds {
+            self.epoch.pin().flush();
+            let (back, this) = self.pool.drop_returned();
+            dropped = dropped.and(this);
+            all_back = back;
+            if all_back || round + 1 == rounds {
+                break;
             }
             if cfg!(loom) {
                 // Loom's collector runs what is left when the log's `Epoch` goes.
@@ -2877,8 +2883,7 @@ impl<T> Drop for Log<T> {
             } else {
                 std::thread::sleep(DROP_WAIT / DROP_NAPS);
             }
-            true
-        });
+        }
         if !all_back && std::mem::needs_drop::<T>() && !cfg!(loom) {
             (self.pool.drop_late)(Arc::clone(&self.pool));
         }

@@ -856,8 +856,7 @@ trait LateDrop: Send {
 
 impl<T: Send + Sync> LateDrop for Arc<Pool<T>> {
     fn drain(&self) -> (bool, Result<(), Panic>) {
-        let dropped = self.drop_retired();
-        (self.lent() == 0, dropped)
+        self.drop_returned()
     }
 }
 
@@ -1186,29 +1185,14 @@ impl<T> Pool<T> {
         drop(unlisted);
     }
 
-    /// Drops the values of retired segments round after round (each round pins and flushes
-    /// `epoch` first, letting deferred releases run) until every segment lent out came back
-    /// (`true`) or `pause`, called between rounds with the round's number, says to stop
-    /// (`false`). Returns which, and the first panic of a value's `Drop`, if any: as in
-    /// [`Pool::drop_retired`], a panic stops nothing. Only where the application's code may run.
-    pub(crate) fn drop_until_back(
-        &self,
-        epoch: &Epoch,
-        mut pause: impl FnMut(u32) -> bool,
-    ) -> (bool, Result<(), Panic>) {
-        let mut dropped = Ok(());
-        let mut round = 0;
-        loop {
-            epoch.pin().flush();
-            dropped = dropped.and(self.drop_retired());
-            if self.lent() == 0 {
-                return (true, dropped);
-            }
-            if !pause(round) {
-                return (false, dropped);
-            }
-            round += 1;
-        }
+    /// Drops the values of the segments that came back so far (see [`Pool::drop_retired`]: a
+    /// panic stops nothing, and the first is returned) and says whether every segment lent out
+    /// is back. One round of a dropped log's wait for its last segments: the caller pins and
+    /// flushes the epoch first, letting deferred releases run. Only where the application's code
+    /// may run.
+    pub(crate) fn drop_returned(&self) -> (bool, Result<(), Panic>) {
+        let dropped = self.drop_retired();
+        (self.lent() == 0, dropped)
     }
 
     /// How many segments are out of the pool (installed, or held by a reader, a producer or a
