@@ -268,6 +268,7 @@ impl Kept {
         loop {
             let before = wait_for_fast_state(pins, FAST, self.wait);
             let v = run();
+            hand_back_freed_memory();
             let after = probe_floor(pins);
             if (before <= FAST && after <= FAST) || redo == self.max_redos {
                 self.floors.extend([before, after]);
@@ -290,6 +291,24 @@ impl Kept {
             n => format!("; {n} run(s) done again after a slow probe"),
         }
     }
+}
+
+/// Has glibc give back to the kernel what the run just freed, so that the next run (another
+/// contender's, maybe) does not pay for it.
+///
+/// glibc hands freed heap memory back lazily: on a later `free` that leaves enough free space at
+/// the top of a heap, in whichever thread makes it. After the unbounded default topic's run frees
+/// its ~150 MB, that `free` came inside the next run: a logbus reader's pin, running an epoch
+/// collection whose deferred `free` was the last live chunk above the freed space, then unmapped
+/// tens of MiB (`madvise`, `munmap`) while holding the process's memory map lock; its other threads
+/// waited on that lock (a new thread's `mmap`, page faults). On the 2-vCPU guest that cost the
+/// ring-like 1→2 run after it ~30% (stop 52, three alternating invocations of each build, the 12
+/// runs that followed the neighbour: 275–297 M/s without this call, 391–447 with it); the
+/// Disruptor's runs, which free nothing and pin no epoch, ran ~300 with or without it.
+/// `malloc_trim` does that giving back here, between runs.
+fn hand_back_freed_memory() {
+    // SAFETY: `malloc_trim` takes a size and touches only the allocator's own state.
+    unsafe { libc::malloc_trim(0) };
 }
 
 /// One throughput run of `bus` (see [`tput`]), kept as [`Kept`] says; `None` when `bus` does not
