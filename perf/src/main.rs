@@ -242,8 +242,9 @@ const MAX_REDOS: usize = 2;
 
 /// The runs of one table: each waits (up to `wait`) for the fast state and is done again (up to
 /// `max_redos` more times) while the probe before or after it says slow, so that a phase change
-/// inside a run does not become the table's figure. Keeps the kept runs' probes and counts the
-/// runs done again, for the table's title.
+/// inside a run does not become the table's figure; after each, what it freed is handed back
+/// ([`hand_back_freed_memory`]). Keeps the kept runs' probes and counts the runs done again, for
+/// the table's title.
 struct Kept {
     wait: Duration,
     max_redos: usize,
@@ -1671,8 +1672,7 @@ fn main() {
         drop(t);
         let after_drop = rss_bytes().saturating_sub(before);
         // glibc keeps freed heap pages mapped until asked: trimming shows they were freed.
-        // SAFETY: malloc_trim only releases free memory back to the kernel.
-        unsafe { libc::malloc_trim(0) };
+        hand_back_freed_memory();
         let after_trim = rss_bytes().saturating_sub(before);
         // Bytes per retained record of an unbounded topic filled with `n` records; the topic is
         // dropped and its freed pages handed back before the next one.
@@ -1681,8 +1681,7 @@ fn main() {
             let t = filled(config, n);
             let grown = rss_bytes().saturating_sub(before);
             drop(t);
-            // SAFETY: as above.
-            unsafe { libc::malloc_trim(0) };
+            hand_back_freed_memory();
             grown as f64 / n as f64
         };
         // Without timestamps (and without keys) a record costs its value alone.
