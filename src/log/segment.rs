@@ -849,14 +849,14 @@ static LATE: StaticLock<LatePools> = StaticLock::new(LatePools {
 
 /// A pool on the late-drop list (the list's reference to it), whatever its record type.
 trait LateDrop: Send {
-    /// Drops the values of what came back (the caller pinned and flushed the epoch first).
-    /// Whether every segment is back, and the first panic of a value's `Drop`, if any.
-    fn drain(&self) -> (bool, Result<(), Panic>);
+    /// [`Pool::drop_returned`], whatever the pool's record type.
+    fn drop_returned(&self) -> (bool, Result<(), Panic>);
 }
 
 impl<T: Send + Sync> LateDrop for Arc<Pool<T>> {
-    fn drain(&self) -> (bool, Result<(), Panic>) {
-        self.drop_returned()
+    fn drop_returned(&self) -> (bool, Result<(), Panic>) {
+        // The pool's own method (`self.drop_returned()` would be this one again).
+        Pool::drop_returned(self)
     }
 }
 
@@ -894,7 +894,7 @@ fn drop_late_pools() {
         }
         epoch.pin().flush();
         pools.retain(|pool| {
-            let (all_back, dropped) = pool.drain();
+            let (all_back, dropped) = pool.drop_returned();
             if let Err(payload) = dropped {
                 // A payload whose own `Drop` panics is left undropped rather than end the thread.
                 if let Err(again) = panic::catch_unwind(AssertUnwindSafe(move || drop(payload))) {
