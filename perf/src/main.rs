@@ -299,8 +299,8 @@ impl Kept {
 ///
 /// glibc hands freed heap memory back lazily: on a later `free` that leaves enough free space at
 /// the top of a heap, in whichever thread makes it. After the unbounded default topic's run frees
-/// its ~150 MB, that `free` came inside the next run: a logbus reader's pin, running an epoch
-/// collection whose deferred `free` was the last live chunk above the freed space, then unmapped
+/// its ~150 MB, that `free` came inside the next run: a logbus reader's pin ran an epoch
+/// collection, whose own `free` of the last live chunk above the freed space then unmapped
 /// tens of MiB (`madvise`, `munmap`) while holding the process's memory map lock; its other threads
 /// waited on that lock (a new thread's `mmap`, page faults). On the 2-vCPU guest that cost the
 /// ring-like 1→2 run after it ~30% (stop 52, three alternating invocations of each build, the 12
