@@ -1755,6 +1755,12 @@ fn ceiling_table(r: &mut Report, o: &Options, pins: &Pins, kept: &mut Kept) {
         go!(&Minimal::<true, true, true>(
             "minimal ring: run in one loop storing its position, pausing reader"
         ));
+        go!(&Minimal::<true, true, false, 8>(
+            "minimal ring: run in one loop, end stored every 8th record, pausing reader"
+        ));
+        go!(&Minimal::<true, true, true, 8>(
+            "minimal ring: run in one loop storing its position, end every 8th, pausing reader"
+        ));
         if runs_here(&ours, o, 1) {
             read.record(
                 "reading only, lines from the producer's core",
