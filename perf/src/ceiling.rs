@@ -31,7 +31,7 @@
 //!   its position, end every 8th` adds back one store a record, of its position to the sender's
 //!   own line, which no reader loads. Together they say whether a single-record stream is bound
 //!   by the stores themselves or by the line the reader polls: on the 2-vCPU EPYC guest the
-//!   first ran 2.7–3.3× the one-loop ring and the second as fast as that ring (0.97–1.01×), so it
+//!   first ran 2.7–3.3× the one-loop ring and the second as fast as that ring (0.98–1.01×), so it
 //!   is the stores (see `perf/README.md`).
 //! - **What the reader does once it has caught up.** `spinning` looks again at once (after a spin
 //!   hint); `pausing` yields for 32 ns per record of the run it just took, up to 16 µs, as
