@@ -185,7 +185,7 @@ impl<const LOOP: bool, const KEEP: bool, const EVERY: u64> Tx for MinimalTx<LOOP
             }
             write(slots, mask, next, crate::tagged(p, k));
             next += 1;
-            if EVERY == 1 || next.is_multiple_of(EVERY) {
+            if next.is_multiple_of(EVERY) {
                 ring.publish(next);
             }
             if KEEP {
@@ -197,8 +197,8 @@ impl<const LOOP: bool, const KEEP: bool, const EVERY: u64> Tx for MinimalTx<LOOP
                 unsafe { std::ptr::write_volatile(&mut self.next, next) };
             }
         }
-        if EVERY > 1 && !next.is_multiple_of(EVERY) {
-            ring.publish(next); // the run's last records
+        if !next.is_multiple_of(EVERY) {
+            ring.publish(next); // the run's last records (never with `EVERY` 1)
         }
         (self.next, self.room) = (next, room);
     }
