@@ -1010,6 +1010,8 @@ fn order_sink(producers: usize, expected: u64, done: Arc<Mutex<Vec<Instant>>>) -
         } else {
             // Two producers: each one's next message in a variable of its own, so the compiler
             // compares against a register and only stores the new count back, never loading it.
+            // (Picked through a `&mut` to one of them, they went back to memory: hence the value
+            // and the increment each by its own match on `p`.)
             // With a vector, the chain above bounded the 2→2 readers: in stop 53's batch 2→2
             // profile, 55% of the subscriber core's samples fell right after the load of the
             // producer's next message. Without it (alternating builds, 6 rounds of 3 runs, EPYC
