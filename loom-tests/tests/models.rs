@@ -413,9 +413,10 @@ fn close_races_a_single_producer_publish() {
 }
 
 /// I2 for a batch: a many-producer batch's run is written as one copy, then published by its
-/// stamps, stored Relaxed after one Release fence (`Segment::publish_slots`). A reader reading
-/// batches as the run is published, whose scan of the stamps takes eight at a time
-/// (`Log::ready_end`), sees each value written (loom reports a read of a slot's cell that races
+/// stamps, stored Relaxed after one Release fence (`Segment::publish_slots`). Neither run covers
+/// a whole group of eight slots, so stamps publish every slot. A reader reading batches as the
+/// run is published, whose scan takes the stamps one or eight at a time
+/// (`Segment::published_run`), sees each value written (loom reports a read of a slot's cell that races
 /// its write), in order, once.
 #[test]
 fn batch_publish_read() {
@@ -437,6 +438,37 @@ fn batch_publish_read() {
             seen.extend(batch.values().copied());
         }
         assert_eq!(seen, (0..8).collect::<Vec<u64>>());
+        publisher.join().unwrap();
+    });
+}
+
+/// I2 for batch runs that cover whole groups of eight slots: a group's flag publishes those
+/// eight, and stamps publish a run's other slots, all stored Relaxed after one Release fence
+/// (`Segment::publish_slots`). The second run starts on a group boundary, so its group's flag is
+/// the only store a reader can learn those values from, and stamps publish its last three slots.
+/// A reader reading batches as the run is
+/// published (`Segment::published_run`: a whole group by its flag, the slots around it by their
+/// stamps) sees each value written (loom reports a read of a slot's cell that races its write),
+/// in order, once.
+#[test]
+fn batch_publish_whole_group_read() {
+    model(|| {
+        let topic = Topic::<u64>::new("m", config().segment_size(32).timestamps(false)).unwrap();
+        let mut reader = topic.reader(0, Start::Earliest).unwrap();
+        let mut producer = topic.producer().unwrap();
+        let first: Vec<u64> = (0..8).collect();
+        assert_eq!(producer.publish_slice(&first).unwrap().offsets, 0..8);
+        let publisher = thread::spawn(move || {
+            let run: Vec<u64> = (8..19).collect();
+            assert_eq!(producer.publish_slice(&run).unwrap().offsets, 8..19);
+        });
+        let mut seen = Vec::new();
+        while seen.len() < 19 {
+            let batch = reader.next_batch(32).unwrap();
+            assert_eq!(batch.first_offset(), seen.len() as u64);
+            seen.extend(batch.values().copied());
+        }
+        assert_eq!(seen, (0..19).collect::<Vec<u64>>());
         publisher.join().unwrap();
     });
 }

@@ -1709,7 +1709,8 @@ fn main() {
         };
         // Without timestamps (and without keys) a record costs its value alone.
         let plain = bytes_per_record(TopicConfig::default().single_producer().timestamps(false));
-        // The default topic takes many producers: each slot has a stamp byte too.
+        // The default topic takes many producers: each slot has a stamp byte too, and every eight
+        // slots a flag byte.
         let multi = bytes_per_record(TopicConfig::default());
         r.line(&format!(
             "\n## memory (u64 records)\n\n| measure | value |\n|---|---:|\n| RSS growth, {n} records through a topic keeping 65,536 | {:.1} MiB |\n| bytes per retained record, {n} records, unbounded single-producer topic | {:.2} (target ≤ size_of::<u64>() + 8 = 16) |\n| RSS above baseline after dropping that topic | {:.1} MiB |\n| the same after `malloc_trim(0)` (glibc keeps freed heap pages until asked) | {:.1} MiB |\n| bytes per retained record, {n} records, unbounded topic taking many producers (the default) | {:.2} |\n| bytes per retained record, {n} records, unbounded single-producer topic without timestamps | {:.2} |",

@@ -862,9 +862,10 @@ impl<T: Send + Sync + 'static> Log<T> {
             // Acquire: pairs with the writer's Release store of the watermark.
             offset < self.watermark.load(Ordering::Acquire)
         } else {
-            // Acquire: pairs with the writer's Release store of the stamp, or with the Release
-            // fence before a batch's Relaxed stamp stores (`Segment::publish_slots`) (I2).
-            seg.stamp(i).load(Ordering::Acquire) != 0
+            // Acquire (inside): pairs with the writer's Release store of the stamp, or with the
+            // Release fence before a batch's Relaxed stamp and flag stores
+            // (`Segment::publish_slots`) (I2).
+            seg.slot_stamped(i)
         }
     }
 
@@ -878,37 +879,13 @@ impl<T: Send + Sync + 'static> Log<T> {
             // Acquire: pairs with the writer's Release store of the watermark (I2).
             self.watermark.load(Ordering::Acquire).min(cap)
         } else {
-            // One slice of the run's stamps, bounds checked once: indexing each stamp cost a
-            // scan three instructions a slot more (callgrind `multi-read`, `Reader::next` on a
-            // many-producer topic: 27.6 → 19.6 a record; criterion, alternating binaries on the
-            // 2-vCPU EPYC: `read/one_by_one/multi` ×1.16 over 12 rounds, `batch_256/multi` ×1.30
-            // over 8).
+            // A stamp, or a group's flag, a slot (`Segment::published_run`). (The scan took
+            // eight stamps at a time while all eight were set, then one at a time to the first
+            // that was not: callgrind `multi-read-batch` 8.6 → 5.1 a record, `multi-read` 19.6 →
+            // 16.2; with the one-copy batch publish of `publish_run`, the harness's many-producer
+            // ring-like batch 1→2 ×2.0 over 4 rounds on the EPYC, 1→4 ×1.25.)
             let (first, end) = (from - seg.base(), cap.max(from) - seg.base());
-            let stamps = seg.stamps(first as usize..end as usize);
-            // Eight stamps at a time while all eight are set (a stamp is 0 or 1, so their AND
-            // says whether all are), then one at a time to the first that is not (callgrind
-            // `multi-read-batch` 8.6 → 5.1 a record, `multi-read` 19.6 → 16.2; with the one-copy
-            // batch publish of `publish_run`, the harness's many-producer ring-like batch 1→2
-            // ×2.0 over 4 rounds on the EPYC, 1→4 ×1.25).
-            let mut ready = 0;
-            for chunk in stamps.chunks_exact(8) {
-                // Acquire: pairs with each writer's Release store of the stamp, or with the
-                // Release fence before a batch's Relaxed stamp stores (`Segment::publish_slots`)
-                // (I2).
-                let all = chunk
-                    .iter()
-                    .fold(1, |all, stamp| all & stamp.load(Ordering::Acquire));
-                if all == 0 {
-                    break;
-                }
-                ready += 8;
-            }
-            let rest = &stamps[ready..];
-            ready += rest
-                .iter()
-                // Acquire: as above.
-                .take_while(|stamp| stamp.load(Ordering::Acquire) != 0)
-                .count();
+            let ready = seg.published_run(first as usize, end as usize);
             from + ready as u64
         }
     }
