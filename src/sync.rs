@@ -839,6 +839,12 @@ impl WaitersByCpu {
         self.settle_on(CpuSlot::new(cpu), seen)
     }
 
+    /// Counts the calling thread as [`WaitersByCpu::settle`] does, and says whether another
+    /// waiting thread is counted on its CPU: `false` where the CPU cannot be told.
+    pub(crate) fn shares(&self, seen: &mut Option<CpuSlot>) -> bool {
+        current_cpu().is_some_and(|cpu| !self.settle_on(CpuSlot::new(cpu), seen))
+    }
+
     /// [`WaitersByCpu::settle`] on a known slot.
     pub(crate) fn settle_on(&self, slot: CpuSlot, seen: &mut Option<CpuSlot>) -> bool {
         let count = &self.counts[usize::from(slot.0)];
