@@ -432,10 +432,11 @@ pub(crate) fn wait_any<T: Send + Sync + 'static>(
     // hints, ~12 µs on the EPYC guest. Its yielding phase still polls between its yields.
     // Alternating binaries on that guest: batch 1→2 / 1→4 ×1.34 / ×1.48 with one producer,
     // tput 1→4 ×1.45, batch 2→2 ×1.15 (4 rounds each).
-    let shares = readers
-        .first_mut()
-        .is_some_and(|first| WAITERS_BY_CPU.shares(&mut first.waits_on));
-    let polls = if shares { 0 } else { wait.spin_polls };
+    let polls = if shares_cpu(readers) {
+        0
+    } else {
+        wait.spin_polls
+    };
     for _ in 0..polls {
         // Keep asking for the next record's line while polling: the producer's write takes it
         // away, and the next prefetch after that starts bringing the new contents while this
@@ -450,6 +451,16 @@ pub(crate) fn wait_any<T: Send + Sync + 'static>(
         check!(readers, from, waker, limit);
     }
     yield_then_park(readers, from, waker, wait, deadline, limit)
+}
+
+/// Whether the thread waiting on `readers` shares its CPU with another thread waiting for
+/// records (counting it there, as its first reader's). Out of line: the polling loop after it is
+/// the one a paced reader lands its records in.
+#[inline(never)]
+fn shares_cpu<T: Send + Sync + 'static>(readers: &mut [Reader<T>]) -> bool {
+    readers
+        .first_mut()
+        .is_some_and(|first| WAITERS_BY_CPU.shares(&mut first.waits_on))
 }
 
 /// Makes a reader set's count on its thread's CPU (see [`WaitersByCpu`](crate::sync::WaitersByCpu))
