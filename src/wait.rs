@@ -430,8 +430,10 @@ pub(crate) fn wait_any<T: Send + Sync + 'static>(
     // here keeps the core from a thread that may have records to read (and, where publishers
     // wait for the slowest reader, from the one that holds them back), for `spin_polls` spin
     // hints, ~12 µs on the EPYC guest. Its yielding phase still polls between its yields.
-    // Alternating binaries on that guest: batch 1→2 / 1→4 ×1.34 / ×1.48 with one producer,
-    // tput 1→4 ×1.45, batch 2→2 ×1.15 (4 rounds each).
+    // Alternating binaries on that guest (stop 54, with the many-producer group flags): one
+    // producer's ring-like topic, batch 1→2 / 1→4 ×1.34 / ×1.48 (4 rounds), tput 1→2 / 1→4
+    // ×1.18 / ×1.51 (6 rounds); batch 2→2 ×1.15 over the flags alone (4 rounds); 2 µs-paced
+    // 1→2 p50 ×1.01, 50 µs-paced ×0.99 (lower is better).
     let polls = if shares_cpu(readers) {
         0
     } else {
