@@ -65,13 +65,13 @@ pub enum Overflow {
 /// records on its CPU (logbus counts its waiting threads by CPU, on Linux) takes the pauses under a
 /// microsecond as spin hints instead, polls on through its yielding phase instead of yielding, and
 /// yields at least once in 50 µs either way; one that shares its CPU with another such thread
-/// skips the polling phase and starts at the yielding one. A reader that has not caught up never yields. While a
-/// multi-producer publish is in flight at its position (reserved, not yet published) a reader
-/// yields rather than parks: that publisher is only descheduled and will publish as soon as it
-/// runs. A publisher blocked by [`Overflow::Block`] lengthens its yielding (doubling it, up to 16 ×
-/// `yield_for`) while its parks keep ending sooner than that: a park costs the readers, the
-/// bottleneck then, a barrier on their cores and a wake-up call; a park that lasts longer puts it
-/// back to `yield_for`.
+/// skips the polling phase and starts at the yielding one. A reader that has not caught up never
+/// yields. While a multi-producer publish is in flight at its position (reserved, not yet
+/// published) a reader yields rather than parks: that publisher is only descheduled and will
+/// publish as soon as it runs. A publisher blocked by [`Overflow::Block`] lengthens its yielding
+/// (doubling it, up to 16 × `yield_for`) while its parks keep ending sooner than that: a park
+/// costs the readers, the bottleneck then, a barrier on their cores and a wake-up call; a park
+/// that lasts longer puts it back to `yield_for`.
 ///
 /// The defaults were measured on a 2-core VM (see the README): polling lands a record paced every
 /// 2 µs within ~100 ns; yielding before parking avoids the ~19 µs futex wake-up for records paced up
