@@ -881,9 +881,10 @@ impl<T: Send + Sync + 'static> Log<T> {
         } else {
             // Each slot published by its stamp or its group's flag (`Segment::published_run`).
             // (Until stop 54 the scan took eight stamps at a time while all eight were set, then
-            // one at a time to the first that was not: callgrind `multi-read-batch` 8.6 → 5.1 a record, `multi-read` 19.6 →
-            // 16.2; with the one-copy batch publish of `publish_run`, the harness's many-producer
-            // ring-like batch 1→2 ×2.0 over 4 rounds on the EPYC, 1→4 ×1.25.)
+            // one at a time to the first that was not: callgrind `multi-read-batch` 8.6 → 5.1 a
+            // record, `multi-read` 19.6 → 16.2; with the one-copy batch publish of `publish_run`,
+            // the harness's many-producer ring-like batch 1→2 ×2.0 over 4 rounds on the EPYC, 1→4
+            // ×1.25.)
             let (first, end) = (from - seg.base(), cap.max(from) - seg.base());
             let ready = seg.published_run(first as usize, end as usize);
             from + ready as u64
