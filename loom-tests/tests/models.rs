@@ -412,6 +412,18 @@ fn close_races_a_single_producer_publish() {
     }
 }
 
+/// Reads the first `n` records in batches of whatever is published, each batch starting where
+/// the one before ended.
+fn read_in_batches(reader: &mut Reader<u64>, n: usize) -> Vec<u64> {
+    let mut seen = Vec::new();
+    while seen.len() < n {
+        let batch = reader.next_batch(n - seen.len()).unwrap();
+        assert_eq!(batch.first_offset(), seen.len() as u64);
+        seen.extend(batch.values().copied());
+    }
+    seen
+}
+
 /// I2 for a batch: a many-producer batch's run is written as one copy, then published by its
 /// stamps, stored Relaxed after one Release fence (`Segment::publish_slots`). Neither run covers
 /// a whole group of eight slots, so stamps publish every slot. A reader reading batches as the
@@ -431,13 +443,10 @@ fn batch_publish_read() {
         let publisher = thread::spawn(move || {
             assert_eq!(producer.publish_slice(&[6, 7]).unwrap().offsets, 6..8);
         });
-        let mut seen = Vec::new();
-        while seen.len() < 8 {
-            let batch = reader.next_batch(8).unwrap();
-            assert_eq!(batch.first_offset(), seen.len() as u64);
-            seen.extend(batch.values().copied());
-        }
-        assert_eq!(seen, (0..8).collect::<Vec<u64>>());
+        assert_eq!(
+            read_in_batches(&mut reader, 8),
+            (0..8).collect::<Vec<u64>>()
+        );
         publisher.join().unwrap();
     });
 }
@@ -446,10 +455,9 @@ fn batch_publish_read() {
 /// eight, and stamps publish a run's other slots, all stored Relaxed after one Release fence
 /// (`Segment::publish_slots`). The second run starts on a group boundary, so its group's flag is
 /// the only store a reader can learn those values from, and stamps publish its last three slots.
-/// A reader reading batches as the run is
-/// published (`Segment::published_run`: a whole group by its flag, the slots around it by their
-/// stamps) sees each value written (loom reports a read of a slot's cell that races its write),
-/// in order, once.
+/// A reader reading batches as the run is published (`Segment::published_run`: a whole group by
+/// its flag, the slots around it by their stamps) sees each value written (loom reports a read of
+/// a slot's cell that races its write), in order, once.
 #[test]
 fn batch_publish_whole_group_read() {
     model(|| {
@@ -462,13 +470,10 @@ fn batch_publish_whole_group_read() {
             let run: Vec<u64> = (8..19).collect();
             assert_eq!(producer.publish_slice(&run).unwrap().offsets, 8..19);
         });
-        let mut seen = Vec::new();
-        while seen.len() < 19 {
-            let batch = reader.next_batch(32).unwrap();
-            assert_eq!(batch.first_offset(), seen.len() as u64);
-            seen.extend(batch.values().copied());
-        }
-        assert_eq!(seen, (0..19).collect::<Vec<u64>>());
+        assert_eq!(
+            read_in_batches(&mut reader, 19),
+            (0..19).collect::<Vec<u64>>()
+        );
         publisher.join().unwrap();
     });
 }
