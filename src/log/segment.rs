@@ -147,6 +147,31 @@ const BATCH_AHEAD: usize = 32 * LINE;
 /// of its slots, and a reader's scan loads one for eight.
 pub(crate) const GROUP: usize = 8;
 
+/// `range` split at the whole groups it covers: the slots before the first whole group, the
+/// whole groups (as group indices), and the slots after the last; with no whole group inside,
+/// all of `range` is the first part. A batch's run publishes the first and last parts by their
+/// stamps and the groups by their flags (`Segment::publish_slots`); a reader's scan takes them
+/// the same way (`Segment::published_run`).
+#[inline]
+fn split_by_groups(
+    range: std::ops::Range<usize>,
+) -> (
+    std::ops::Range<usize>,
+    std::ops::Range<usize>,
+    std::ops::Range<usize>,
+) {
+    let (first, last) = (range.start.div_ceil(GROUP), range.end / GROUP);
+    if first < last {
+        (
+            range.start..first * GROUP,
+            first..last,
+            last * GROUP..range.end,
+        )
+    } else {
+        (range.clone(), first..first, range.end..range.end)
+    }
+}
+
 /// The first and the longest nap of the late-drop thread ([`drop_late_pools`]) between its rounds.
 const LATE_NAP: std::time::Duration = std::time::Duration::from_millis(1);
 const LATE_NAP_MAX: std::time::Duration = std::time::Duration::from_millis(100);
@@ -590,12 +615,7 @@ impl<T> Segment<T> {
         // The whole groups inside the run get a flag each; the slots before the first and after
         // the last get their stamps. No other run holds a slot of a whole group of ours (I1), so
         // its flag is ours alone to store.
-        let (first, last) = (range.start.div_ceil(GROUP), range.end / GROUP);
-        let (head, tail) = if first < last {
-            (range.start..first * GROUP, last * GROUP..range.end)
-        } else {
-            (range.clone(), range.end..range.end)
-        };
+        let (head, groups, tail) = split_by_groups(range);
         // Release: every write of the run (values, metadata) is ordered before each stamp and
         // flag store below; a reader's Acquire load of one pairs with it (I2).
         fence(Ordering::Release);
@@ -603,7 +623,7 @@ impl<T> Segment<T> {
             // Relaxed: ordered by the fence above.
             stamp.store(1, Ordering::Relaxed);
         }
-        for flag in self.groups.get(first..last).unwrap_or_default() {
+        for flag in &self.groups[groups] {
             // Relaxed: as above.
             flag.store(1, Ordering::Relaxed);
         }
@@ -624,20 +644,22 @@ impl<T> Segment<T> {
         // ×1.16 over 12 rounds, `batch_256/multi` ×1.30 over 8), and so did indexing each group
         // at first here (`multi-read` 16.2 → 18.7, `multi-read-batch` 5.1 → 7.6, against 16.8
         // and 5.7 sliced: the flag's load and test, an eighth of them a record, over the stamps).
-        let aligned = from.next_multiple_of(GROUP);
-        let head_end = if aligned + GROUP <= end { aligned } else { end };
-        let body_end = head_end + (end - head_end) / GROUP * GROUP;
+        // The same split as a run's (`split_by_groups`), so a group the scan takes whole is one
+        // a run could have flagged.
+        let (head, groups, _) = split_by_groups(from..end);
         let mut i = from;
-        while i < head_end {
+        while i < head.end {
             if !self.slot_stamped(i) {
                 return i - from;
             }
             i += 1;
         }
-        let flags = &self.groups[head_end / GROUP..body_end / GROUP];
-        for (flag, stamps) in flags
+        // From where the first part ends: with no whole group that is `end`, inside the segment
+        // however small it is (group indices alone could point past a segment under eight slots).
+        let body = head.end..head.end + groups.len() * GROUP;
+        for (flag, stamps) in self.groups[groups]
             .iter()
-            .zip(self.stamps[head_end..body_end].chunks_exact(GROUP))
+            .zip(self.stamps[body].chunks_exact(GROUP))
         {
             // Acquire, here and below: pairs with each writer's Release store of a stamp, or with
             // the Release fence before a run's Relaxed stamp and flag stores (I2).
@@ -1140,7 +1162,8 @@ impl<T> Pool<T> {
             // Relaxed: the segment is ours alone. Null on a log without timestamps, whose time
             // words only a keyed record writes, allocating them then.
             let times = seg.times.load(Ordering::Relaxed);
-            // SAFETY: any byte of a `MaybeUninit`, of a stamp or of a 6-byte time word may be 0;
+            // SAFETY: any byte of a `MaybeUninit`, of a stamp, of a group's flag or of a 6-byte
+            // time word may be 0;
             // `times`, when not null, is the segment's array of `size` cells, which we alone can
             // reach (the segment is not shared yet).
             unsafe {
@@ -1590,5 +1613,38 @@ mod tests {
         unsafe { Segment::release(ptr) };
         drop(pool);
         assert_eq!(drops.load(Ordering::Relaxed), 30, "and never again");
+    }
+
+    #[test]
+    fn segments_smaller_than_a_group_publish_and_scan_by_stamps() {
+        for size in [2usize, 4] {
+            let pool = Pool::<u64>::new(size, true, false, 4);
+            let ptr = Pool::take(&pool, 0);
+            // SAFETY: freshly taken, ours alone until released below.
+            let seg = unsafe { &*ptr };
+            for from in 0..=size {
+                for end in from..=size {
+                    assert_eq!(seg.published_run(from, end), 0, "{size}: {from}..{end}");
+                }
+            }
+            for k in 0..size {
+                // SAFETY: `k` is inside the segment, written once before its publication.
+                unsafe { seg.write(k, k as u64, Meta::new(0, None)) };
+            }
+            // SAFETY: the run is inside the segment, written above and not yet published.
+            unsafe { seg.publish_slots(1..size) };
+            for from in 0..=size {
+                for end in from..=size {
+                    let expected = if from == 0 { 0 } else { end - from };
+                    assert_eq!(
+                        seg.published_run(from, end),
+                        expected,
+                        "{size}: {from}..{end}"
+                    );
+                }
+            }
+            // SAFETY: we own the one reference `take` handed out.
+            unsafe { Segment::release(ptr) };
+        }
     }
 }
