@@ -434,7 +434,7 @@ pub(crate) fn wait_any<T: Send + Sync + 'static>(
     // producer's ring-like topic, batch 1→2 / 1→4 ×1.34 / ×1.48 (4 rounds), tput 1→2 / 1→4
     // ×1.18 / ×1.51 (6 rounds); batch 2→2 ×1.15 over the flags alone (4 rounds); 2 µs-paced
     // 1→2 p50 ×1.01, 50 µs-paced ×0.99 (lower is better).
-    let polls = if shares_cpu(readers) {
+    let polls = if wait.spin_polls == 0 || shares_cpu(readers) {
         0
     } else {
         wait.spin_polls
