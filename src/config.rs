@@ -65,8 +65,10 @@ pub enum Overflow {
 /// records on its CPU (logbus counts its waiting threads by CPU, on Linux) takes the pauses under a
 /// microsecond as spin hints instead, polls on through its yielding phase instead of yielding, and
 /// yields at least once in 50 µs either way; one that shares its CPU with another such thread
-/// skips the polling phase and starts at the yielding one. A reader that has not caught up never
-/// yields. While a multi-producer publish is in flight at its position (reserved, not yet
+/// skips the polling phase and starts at the yielding one. So does a publisher blocked by
+/// [`Overflow::Block`], which counts itself on its CPU while it polls and yields: the reader it
+/// waits for, or another publisher waiting for the same room, may be the thread its polls keep
+/// off the core. A reader that has not caught up never yields. While a multi-producer publish is in flight at its position (reserved, not yet
 /// published) a reader yields rather than parks: that publisher is only descheduled and will
 /// publish as soon as it runs. A publisher blocked by [`Overflow::Block`] lengthens its yielding
 /// (doubling it, up to 16 × `yield_for`) while its parks keep ending sooner than that: a park
@@ -95,8 +97,9 @@ impl Default for WaitStrategy {
 }
 
 impl WaitStrategy {
-    /// Number of flat polls before yielding (0: go straight to yielding). A reader whose thread
-    /// shares its CPU with another thread waiting for records goes straight to yielding anyway.
+    /// Number of flat polls before yielding (0: go straight to yielding). A reader, or a
+    /// publisher blocked by [`Overflow::Block`], whose thread shares its CPU with another waiting
+    /// thread goes straight to yielding anyway.
     pub fn spin_polls(mut self, n: u32) -> Self {
         self.spin_polls = n;
         self

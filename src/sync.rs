@@ -807,7 +807,8 @@ impl CpuSlot {
 /// How many threads that wait for records were last seen on each CPU, so that a reader that keeps
 /// catching up with a sparse stream can tell whether another such thread may want its core (see
 /// `wait::pause_after` and `wait::round_end`). A heuristic: a thread is counted where it last
-/// looked, until it looks from elsewhere or its reader is dropped, parked or not.
+/// looked, until it looks from elsewhere or its reader is dropped, parked or not. A publisher
+/// blocked for room is counted too, only while it polls and yields ([`CountedWait`]).
 ///
 /// # Orderings
 /// Every operation is `Relaxed` (`Ordering` is std's under loom too): no data is published
@@ -871,6 +872,44 @@ impl WaitersByCpu {
             // Relaxed: see Orderings.
             self.counts[usize::from(old.0)].fetch_sub(1, Ordering::Relaxed);
         }
+    }
+}
+
+/// A thread counted in a [`WaitersByCpu`] (the process's, [`WAITERS_BY_CPU`]) while this is
+/// held: a publisher blocked for room counts itself on its CPU while it polls and yields. (A
+/// reader keeps its count in its `Reader` instead, from one wait to the next.)
+pub(crate) struct CountedWait<'a> {
+    counts: &'a WaitersByCpu,
+    seen: Option<CpuSlot>,
+}
+
+impl<'a> CountedWait<'a> {
+    /// Not counted yet.
+    pub(crate) const fn new(counts: &'a WaitersByCpu) -> Self {
+        CountedWait { counts, seen: None }
+    }
+
+    /// Counts the calling thread on the CPU it runs on now and says whether another waiting
+    /// thread is counted there ([`WaitersByCpu::shares`]).
+    pub(crate) fn shares(&mut self) -> bool {
+        self.counts.shares(&mut self.seen)
+    }
+
+    /// Stops counting the thread (one about to park leaves its CPU to the others).
+    pub(crate) fn leave(&mut self) {
+        self.counts.leave(&mut self.seen);
+    }
+
+    /// Where the thread is counted.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn slot(&self) -> Option<CpuSlot> {
+        self.seen
+    }
+}
+
+impl Drop for CountedWait<'_> {
+    fn drop(&mut self) {
+        self.leave();
     }
 }
 

@@ -17,6 +17,8 @@
 //! yield (`round_end`), and yields once in 50 µs: there is nobody to take turns with, and a yield,
 //! 0.2–0.75 µs even alone, is a window records land in. A thread that shares its CPU with another
 //! waiting thread skips the first polling phase instead: the core is better spent on the other.
+//! (A publisher blocked for room under `Overflow::Block` is counted too, while it polls and
+//! yields, and skips its polls the same way: `Log::wait_for_room`.)
 //! And a reader whose position is reserved but not yet published (a multi-producer publish in
 //! flight) keeps yielding instead of parking.
 //!
@@ -599,7 +601,7 @@ fn yield_then_park<T: Send + Sync + 'static>(
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::sync::{CpuSlot, WaitersByCpu, CPU_SLOTS, WAITERS_BY_CPU};
+    use crate::sync::{CountedWait, CpuSlot, WaitersByCpu, CPU_SLOTS, WAITERS_BY_CPU};
 
     #[test]
     fn the_pause_after_a_run_grows_with_the_run_up_to_its_cap() {
@@ -771,6 +773,34 @@ mod tests {
         // CPUs that share a slot count as one.
         let mut c = None;
         assert!(!counts.settle_on(CpuSlot::new(CPU_SLOTS), &mut c));
+    }
+
+    #[test]
+    fn a_blocked_publisher_is_counted_on_its_cpu_only_while_it_waits() {
+        let counts = WaitersByCpu::new();
+        let mut wait = CountedWait::new(&counts);
+        assert_eq!(wait.slot(), None, "not counted before it looks");
+        let shared = wait.shares();
+        if !cfg!(target_os = "linux") {
+            assert!(!shared, "a thread whose CPU cannot be told never shares it");
+            return;
+        }
+        let slot = wait.slot().expect("counted on the CPU it looked from");
+        assert!(!shared, "alone in a count nobody else is in");
+        assert_eq!(counts.count(slot), 1);
+        wait.leave();
+        assert_eq!(wait.slot(), None);
+        assert_eq!(counts.count(slot), 0, "left its CPU before parking");
+        // A reader counted on every slot: wherever the thread runs now, it shares its CPU.
+        let mut readers = [None; CPU_SLOTS];
+        for (i, reader) in readers.iter_mut().enumerate() {
+            assert!(counts.settle_on(CpuSlot::new(i), reader));
+        }
+        assert!(wait.shares(), "a reader is counted on its CPU");
+        let slot = wait.slot().expect("counted again");
+        assert_eq!(counts.count(slot), 2);
+        drop(wait); // the publish got its room and returned
+        assert_eq!(counts.count(slot), 1, "only the reader is left");
     }
 
     #[test]
