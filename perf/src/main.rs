@@ -78,6 +78,15 @@ impl Pins {
         }
     }
 
+    /// The placement on the first `cores` cores only (`--cores N`; all of them with `None`).
+    fn within(&self, cores: Option<usize>) -> Pins {
+        let n = cores.map_or(self.cores.len(), |n| n.clamp(1, self.cores.len().max(1)));
+        Pins {
+            cores: self.cores.iter().take(n).copied().collect(),
+            producer_cores: self.producer_cores,
+        }
+    }
+
     /// The placement for a run with `producers` producers.
     fn for_producers(&self, producers: usize) -> Pins {
         let own = producers > 1 && self.cores.len() >= producers + 2;
@@ -957,6 +966,10 @@ struct Options {
     producers: Option<usize>,
     /// The `lat` scenario's schedule: one message per this (`--period NS`; 2 µs by default).
     period: Duration,
+    /// Throughput runs on the first this many cores only (`--cores N`): `--cores 1` puts the
+    /// producers and the subscribers on one core, as on a machine with more threads than cores.
+    /// The floor is still probed between two cores.
+    cores: Option<usize>,
 }
 
 /// The ring, channel or retention size every bounded contender gets.
@@ -1075,7 +1088,7 @@ fn tput<B: Bus>(
     if !runs_here(bus, o, producers) {
         return None;
     }
-    let pins = &pins.for_producers(producers);
+    let pins = &pins.within(o.cores).for_producers(producers);
     let per = o.records / producers as u64;
     let total = per * producers as u64;
     let done = Arc::new(Mutex::new(Vec::new()));
@@ -1437,6 +1450,7 @@ fn main() {
         subs: None,
         producers: None,
         period: Duration::from_micros(2),
+        cores: None,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
@@ -1473,6 +1487,10 @@ fn main() {
             "--producers" => {
                 i += 1;
                 o.producers = Some(num(i).expect("--producers N") as usize);
+            }
+            "--cores" => {
+                i += 1;
+                o.cores = Some(num(i).expect("--cores N") as usize);
             }
             "--period" => {
                 i += 1;
@@ -1567,7 +1585,7 @@ fn main() {
             r.table(
                 &format!(
                     "## {scenario} {producers}→{subs} (Mmsg/s of the slowest subscriber; {}; floor {}{})",
-                    pins.describe(producers, subs),
+                    pins.within(o.cores).describe(producers, subs),
                     kept.floor(),
                     kept.redone_note()
                 ),
