@@ -68,12 +68,12 @@ pub enum Overflow {
 /// skips the polling phase and starts at the yielding one. So does a publisher blocked by
 /// [`Overflow::Block`], which counts itself on its CPU while it polls and yields: the reader it
 /// waits for, or another publisher waiting for the same room, may be the thread its polls keep
-/// off the core. A reader that has not caught up never yields. While a multi-producer publish is in flight at its position (reserved, not yet
-/// published) a reader yields rather than parks: that publisher is only descheduled and will
-/// publish as soon as it runs. A publisher blocked by [`Overflow::Block`] lengthens its yielding
-/// (doubling it, up to 16 × `yield_for`) while its parks keep ending sooner than that: a park
-/// costs the readers, the bottleneck then, a barrier on their cores and a wake-up call; a park
-/// that lasts longer puts it back to `yield_for`.
+/// off the core. A reader that has not caught up never yields. While a multi-producer publish is
+/// in flight at its position (reserved, not yet published) a reader yields rather than parks:
+/// that publisher is only descheduled and will publish as soon as it runs. A blocked publisher
+/// lengthens its yielding (doubling it, up to 16 × `yield_for`) while its parks keep ending sooner
+/// than that: a park costs the readers, the bottleneck then, a barrier on their cores and a
+/// wake-up call; a park that lasts longer puts it back to `yield_for`.
 ///
 /// The defaults were measured on a 2-core VM (see the README): polling lands a record paced every
 /// 2 µs within ~100 ns; yielding before parking avoids the ~19 µs futex wake-up for records paced up
