@@ -2034,6 +2034,30 @@ mod tests {
     }
 
     #[test]
+    fn cores_limits_the_runs_to_the_first_cores() {
+        let within = |cores: usize, limit: Option<usize>, producers: usize, subs: usize| {
+            let pins = Pins::from_ids((0..cores).collect())
+                .within(limit)
+                .for_producers(producers);
+            let prods: Vec<usize> = (0..producers)
+                .map(|p| pins.producer_core(p).unwrap().id)
+                .collect();
+            let subs: Vec<usize> = (0..subs).map(|i| pins.subscriber_core(i)).collect();
+            (prods, subs)
+        };
+        // One core: everything on it.
+        assert_eq!(within(16, Some(1), 1, 4), (vec![0], vec![0, 0, 0, 0]));
+        assert_eq!(within(2, Some(1), 2, 2), (vec![0, 0], vec![0, 0]));
+        // Three of sixteen: the two-core rule on cores 0-2.
+        assert_eq!(within(16, Some(3), 1, 4), (vec![0], vec![1, 2, 1, 2]));
+        // None, or more than there are: every core.
+        assert_eq!(within(16, None, 1, 4), placement(16, 1, 4));
+        assert_eq!(within(2, Some(8), 1, 2), placement(2, 1, 2));
+        // Zero counts as one.
+        assert_eq!(within(4, Some(0), 1, 1), (vec![0], vec![0]));
+    }
+
+    #[test]
     fn smt_siblings_come_after_every_physical_core() {
         // CPUs 0-3 on cores 0,1 of package 0 (siblings 0/2 and 1/3), CPU 4 with no topology.
         let topo = |id: usize| match id {
