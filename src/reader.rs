@@ -17,7 +17,7 @@ use crate::{
     clock,
     error::{Error, ReadError},
     log::{segment::SegRef, CursorRef, Log, Waker, STREAMING_RUN, WATCH_AFTER},
-    sync::{Arc, CpuSlot, WAITERS_BY_CPU},
+    sync::{Arc, CountedWait, ProcessCount},
     wait::{wait_any, Waited},
 };
 
@@ -96,7 +96,7 @@ pub struct Reader<T: Send + Sync + 'static> {
     /// Where the waiting thread is counted among those waiting on each CPU (see
     /// `wait::pause_after`); a set of readers waited on together keeps it in its first (see
     /// `wait::count_once`).
-    pub(crate) waits_on: Option<CpuSlot>,
+    pub(crate) waits_on: CountedWait,
     /// Whether this reader, polled as a `Stream`, is announced as parked (see `crate::stream`).
     #[cfg(feature = "async")]
     pub(crate) announced: bool,
@@ -140,7 +140,7 @@ impl<T: Send + Sync + 'static> Reader<T> {
             empty_looks: 0,
             reported: pos,
             yielded_at: 0,
-            waits_on: None,
+            waits_on: CountedWait::new(ProcessCount),
             #[cfg(feature = "async")]
             announced: false,
         }
@@ -542,7 +542,6 @@ impl<T: Send + Sync + 'static> Drop for Reader<T> {
         #[cfg(feature = "async")]
         crate::stream::leave_one(self);
         self.seg = None;
-        WAITERS_BY_CPU.leave(&mut self.waits_on);
         if self.watching {
             self.log.unwatch();
         }

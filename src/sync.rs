@@ -808,7 +808,8 @@ impl CpuSlot {
 /// catching up with a sparse stream can tell whether another such thread may want its core (see
 /// `wait::pause_after` and `wait::round_end`). A heuristic: a thread is counted where it last
 /// looked, until it looks from elsewhere or its reader is dropped, parked or not. A publisher
-/// blocked for room is counted too, only while it polls and yields ([`CountedWait`]).
+/// blocked for room is counted too, only while it polls and yields. Each holds its count in a
+/// [`CountedWait`].
 ///
 /// # Orderings
 /// Every operation is `Relaxed` (`Ordering` is std's under loom too): no data is published
@@ -875,29 +876,61 @@ impl WaitersByCpu {
     }
 }
 
-/// A thread counted in a [`WaitersByCpu`] (the process's, [`WAITERS_BY_CPU`]) while this is
-/// held: a publisher blocked for room counts itself on its CPU while it polls and yields. (A
-/// reader keeps its count in its `Reader` instead, from one wait to the next.)
-pub(crate) struct CountedWait<'a> {
-    counts: &'a WaitersByCpu,
+/// Which [`WaitersByCpu`] a [`CountedWait`] counts in: the process's ([`ProcessCount`], which
+/// takes no room in a `Reader`), or a test's own.
+pub(crate) trait Counts {
+    fn counts(&self) -> &WaitersByCpu;
+}
+
+/// The process's count, [`WAITERS_BY_CPU`].
+pub(crate) struct ProcessCount;
+
+impl Counts for ProcessCount {
+    fn counts(&self) -> &WaitersByCpu {
+        &WAITERS_BY_CPU
+    }
+}
+
+impl Counts for &WaitersByCpu {
+    fn counts(&self) -> &WaitersByCpu {
+        self
+    }
+}
+
+/// A thread's count in a [`WaitersByCpu`], given up when this is dropped. A reader keeps one
+/// from one wait to the next (`Reader::waits_on`); a publisher blocked for room holds one while
+/// it polls and yields, and leaves it before it parks.
+pub(crate) struct CountedWait<C: Counts = ProcessCount> {
+    counts: C,
     seen: Option<CpuSlot>,
 }
 
-impl<'a> CountedWait<'a> {
+impl<C: Counts> CountedWait<C> {
     /// Not counted yet.
-    pub(crate) const fn new(counts: &'a WaitersByCpu) -> Self {
+    pub(crate) const fn new(counts: C) -> Self {
         CountedWait { counts, seen: None }
+    }
+
+    /// Counts the calling thread on the CPU it runs on now and says whether it is alone there
+    /// ([`WaitersByCpu::settle`]).
+    pub(crate) fn settle(&mut self) -> bool {
+        self.counts.counts().settle(&mut self.seen)
     }
 
     /// Counts the calling thread on the CPU it runs on now and says whether another waiting
     /// thread is counted there ([`WaitersByCpu::shares`]).
     pub(crate) fn shares(&mut self) -> bool {
-        self.counts.shares(&mut self.seen)
+        self.counts.counts().shares(&mut self.seen)
     }
 
     /// Stops counting the thread (one about to park leaves its CPU to the others).
     pub(crate) fn leave(&mut self) {
-        self.counts.leave(&mut self.seen);
+        self.counts.counts().leave(&mut self.seen);
+    }
+
+    /// Whether the thread is counted somewhere.
+    pub(crate) fn is_counted(&self) -> bool {
+        self.seen.is_some()
     }
 
     /// Where the thread is counted.
@@ -905,9 +938,15 @@ impl<'a> CountedWait<'a> {
     pub(crate) fn slot(&self) -> Option<CpuSlot> {
         self.seen
     }
+
+    /// [`CountedWait::settle`] on a known slot.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn settle_on(&mut self, slot: CpuSlot) -> bool {
+        self.counts.counts().settle_on(slot, &mut self.seen)
+    }
 }
 
-impl Drop for CountedWait<'_> {
+impl<C: Counts> Drop for CountedWait<C> {
     fn drop(&mut self) {
         self.leave();
     }

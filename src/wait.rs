@@ -43,7 +43,7 @@ use crate::{
     error::ReadError,
     log::{Log, Waker},
     reader::{Batch, Reader},
-    sync::{spin_hint, yield_now, Arc, WAITERS_BY_CPU},
+    sync::{spin_hint, yield_now, Arc},
 };
 
 /// How long a reader that caught up pauses per record of the run it just took: as long as a
@@ -396,7 +396,7 @@ pub(crate) fn wait_any<T: Send + Sync + 'static>(
     if wait.yield_after_batch && readers.iter().all(|r| !r.has_ready()) {
         let fed = readers.iter_mut().fold(0, |fed, r| r.take_fed().max(fed));
         if let Some(first) = readers.first_mut().filter(|_| fed > 0) {
-            let alone = || WAITERS_BY_CPU.settle(&mut first.waits_on);
+            let alone = || first.waits_on.settle();
             match pause_after(fed, first.yielded_at, clock::now_nanos, alone) {
                 Pause::Spin(hints) => {
                     for _ in 0..hints {
@@ -464,7 +464,7 @@ pub(crate) fn wait_any<T: Send + Sync + 'static>(
 fn shares_cpu<T: Send + Sync + 'static>(readers: &mut [Reader<T>]) -> bool {
     readers
         .first_mut()
-        .is_some_and(|first| WAITERS_BY_CPU.shares(&mut first.waits_on))
+        .is_some_and(|first| first.waits_on.shares())
 }
 
 /// Makes a reader set's count on its thread's CPU (see [`WaitersByCpu`](crate::sync::WaitersByCpu))
@@ -473,11 +473,11 @@ fn shares_cpu<T: Send + Sync + 'static>(readers: &mut [Reader<T>]) -> bool {
 /// waiting on one set is then counted once, wherever its set's readers moved.
 pub(crate) fn count_once<T: Send + Sync + 'static>(readers: &mut [Reader<T>]) {
     if let Some((first, rest)) = readers.split_first_mut() {
-        for r in rest.iter_mut().filter(|r| r.waits_on.is_some()) {
-            if first.waits_on.is_none() {
-                first.waits_on = r.waits_on.take();
+        for r in rest.iter_mut().filter(|r| r.waits_on.is_counted()) {
+            if first.waits_on.is_counted() {
+                r.waits_on.leave();
             } else {
-                WAITERS_BY_CPU.leave(&mut r.waits_on);
+                std::mem::swap(&mut first.waits_on, &mut r.waits_on);
             }
         }
     }
@@ -503,7 +503,7 @@ fn yield_then_park<T: Send + Sync + 'static>(
     // count.
     count_once(readers);
     if let Some(first) = readers.first_mut() {
-        WAITERS_BY_CPU.settle(&mut first.waits_on);
+        first.waits_on.settle();
     }
     let yield_start = Instant::now();
     let between = polls_between_yields(&wait);
@@ -522,7 +522,7 @@ fn yield_then_park<T: Send + Sync + 'static>(
             let end = match readers.first_mut() {
                 Some(first) if between > 0 => {
                     let end = round_end(first.yielded_at, clock::now_nanos, || {
-                        WAITERS_BY_CPU.settle(&mut first.waits_on)
+                        first.waits_on.settle()
                     });
                     if let RoundEnd::Yield { restart: Some(now) } = end {
                         first.yielded_at = now;
@@ -818,7 +818,7 @@ mod tests {
         use crate::{Start, Topic, TopicConfig};
         let topic = Topic::<u64>::new("cpu", TopicConfig::default()).unwrap();
         let mut reader = topic.reader(0, Start::Earliest).unwrap();
-        assert_eq!(reader.waits_on, None, "not counted before it waits");
+        assert_eq!(reader.waits_on.slot(), None, "not counted before it waits");
         topic.publish(1).unwrap();
         let first: Vec<u64> = reader.next_batch(16).unwrap().values().copied().collect();
         assert_eq!(first, [1]);
@@ -828,7 +828,10 @@ mod tests {
         let waited = reader.next_batch_timeout(16, Duration::from_millis(1));
         assert_eq!(waited.err(), Some(ReadError::Timeout));
         if cfg!(target_os = "linux") {
-            let slot = reader.waits_on.expect("counted on the CPU it paused on");
+            let slot = reader
+                .waits_on
+                .slot()
+                .expect("counted on the CPU it paused on");
             assert!(WAITERS_BY_CPU.count(slot) >= 1);
         }
     }
@@ -841,22 +844,20 @@ mod tests {
         // The second reader was first before the set changed, and holds the thread's count.
         let mut readers = vec![reader(), reader(), reader()];
         let slot = CpuSlot::new(3);
-        WAITERS_BY_CPU.settle_on(slot, &mut readers[1].waits_on);
+        readers[1].waits_on.settle_on(slot);
         count_once(&mut readers);
-        let held: Vec<_> = readers.iter().map(|r| r.waits_on).collect();
+        let held: Vec<_> = readers.iter().map(|r| r.waits_on.slot()).collect();
         assert_eq!(held, [Some(slot), None, None], "handed over, not copied");
         // The first holds a count already: a stale one elsewhere in the set is given up.
-        let mut stale = None;
-        WAITERS_BY_CPU.settle_on(CpuSlot::new(4), &mut stale);
-        readers[2].waits_on = stale;
+        readers[2].waits_on.settle_on(CpuSlot::new(4));
         count_once(&mut readers);
-        let held: Vec<_> = readers.iter().map(|r| r.waits_on).collect();
+        let held: Vec<_> = readers.iter().map(|r| r.waits_on.slot()).collect();
         assert_eq!(held, [Some(slot), None, None]);
         // An empty set, or one nobody counted, is left as it is.
         count_once::<u64>(&mut []);
         let mut uncounted = vec![reader(), reader()];
         count_once(&mut uncounted);
-        assert!(uncounted.iter().all(|r| r.waits_on.is_none()));
+        assert!(uncounted.iter().all(|r| !r.waits_on.is_counted()));
     }
 
     #[test]
@@ -869,15 +870,15 @@ mod tests {
             topic.reader(0, Start::Earliest).unwrap(),
         ];
         // The second reader was the set's first before it changed, and holds a count.
-        WAITERS_BY_CPU.settle_on(CpuSlot::new(0), &mut readers[1].waits_on);
+        readers[1].waits_on.settle_on(CpuSlot::new(0));
         let waker = Arc::clone(readers[0].waker());
         let deadline = Some(Instant::now());
         let waited = yield_then_park(&mut readers, 0, &waker, wait, deadline, u64::MAX);
         assert!(matches!(waited, Ok(Waited::TimedOut)));
-        assert_eq!(readers[1].waits_on, None, "gave its count up");
+        assert_eq!(readers[1].waits_on.slot(), None, "gave its count up");
         if cfg!(target_os = "linux") {
             assert!(
-                readers[0].waits_on.is_some(),
+                readers[0].waits_on.is_counted(),
                 "the first holds the set's count"
             );
         }

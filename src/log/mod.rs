@@ -117,7 +117,7 @@ use crate::{
         fence, heavy_barrier, init_barriers, keep_store_order, light_barrier, light_barrier_as,
         light_barrier_is_free, lock, spin_hint, unprotected, yield_now, Arc, Atomic, AtomicBool,
         AtomicU64, CachePadded, CountedWait, Epoch, Futex, Guard, Mutex, Ordering, OwnValue, Owned,
-        SlotBase, WAITERS_BY_CPU,
+        ProcessCount, SlotBase,
     },
 };
 use directory::Directory;
@@ -1184,7 +1184,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         // ×1.08 (2→2 ×1.08) with many; batch ×1.68 / ×1.25 / ×1.16 and ×1.64 / ×1.22 / ×1.16
         // (2→2 ×1.12). Pinned on two cores, where a lone publisher's core counts nobody else,
         // every row ×0.97–1.01 (10 rounds).
-        let mut counted = CountedWait::new(&WAITERS_BY_CPU);
+        let mut counted = CountedWait::new(ProcessCount);
         // Once it has to wait, a publisher waits (while it spins and yields) for room for a
         // segment's worth of records (at most a quarter of the cap), not for the first free slot:
         // resuming at one free slot means waiting again at the next publish, and each room check
