@@ -1163,9 +1163,8 @@ impl<T> Pool<T> {
             // words only a keyed record writes, allocating them then.
             let times = seg.times.load(Ordering::Relaxed);
             // SAFETY: any byte of a `MaybeUninit`, of a stamp, of a group's flag or of a 6-byte
-            // time word may be 0;
-            // `times`, when not null, is the segment's array of `size` cells, which we alone can
-            // reach (the segment is not shared yet).
+            // time word may be 0; `times`, when not null, is the segment's array of `size`
+            // cells, which we alone can reach (the segment is not shared yet).
             unsafe {
                 touch_pages(&mut seg.values);
                 touch_pages(&mut seg.stamps);
