@@ -428,27 +428,11 @@ fn read_in_batches(reader: &mut Reader<u64>, n: usize) -> Vec<u64> {
 /// stamps, stored Relaxed after one Release fence (`Segment::publish_slots`). Neither run covers
 /// a whole group of eight slots, so stamps publish every slot. A reader reading batches as the
 /// run is published, whose scan takes the stamps one or eight at a time
-/// (`Segment::published_run`), sees each value written (loom reports a read of a slot's cell that races
-/// its write), in order, once.
+/// (`Segment::published_run`), sees each value written (loom reports a read of a slot's cell that
+/// races its write), in order, once.
 #[test]
 fn batch_publish_read() {
-    model(|| {
-        let topic = Topic::<u64>::new("m", config().segment_size(8).timestamps(false)).unwrap();
-        let mut reader = topic.reader(0, Start::Earliest).unwrap();
-        let mut producer = topic.producer().unwrap();
-        assert_eq!(
-            producer.publish_slice(&[0, 1, 2, 3, 4, 5]).unwrap().offsets,
-            0..6
-        );
-        let publisher = thread::spawn(move || {
-            assert_eq!(producer.publish_slice(&[6, 7]).unwrap().offsets, 6..8);
-        });
-        assert_eq!(
-            read_in_batches(&mut reader, 8),
-            (0..8).collect::<Vec<u64>>()
-        );
-        publisher.join().unwrap();
-    });
+    two_runs_read(8, 6, 8);
 }
 
 /// I2 for batch runs that cover whole groups of eight slots: a group's flag publishes those
@@ -460,20 +444,26 @@ fn batch_publish_read() {
 /// a slot's cell that races its write), in order, once.
 #[test]
 fn batch_publish_whole_group_read() {
-    model(|| {
-        let topic = Topic::<u64>::new("m", config().segment_size(32).timestamps(false)).unwrap();
+    two_runs_read(32, 8, 19);
+}
+
+/// The batch models' shape: on a many-producer topic of `segment_size`-slot segments without
+/// timestamps, `0..split` is published as one run, then `split..end` as another from a second
+/// thread while this one reads batches ([`read_in_batches`]) until it has every value.
+fn two_runs_read(segment_size: usize, split: u64, end: u64) {
+    model(move || {
+        let config = config().segment_size(segment_size).timestamps(false);
+        let topic = Topic::<u64>::new("m", config).unwrap();
         let mut reader = topic.reader(0, Start::Earliest).unwrap();
         let mut producer = topic.producer().unwrap();
-        let first: Vec<u64> = (0..8).collect();
-        assert_eq!(producer.publish_slice(&first).unwrap().offsets, 0..8);
+        let first: Vec<u64> = (0..split).collect();
+        assert_eq!(producer.publish_slice(&first).unwrap().offsets, 0..split);
         let publisher = thread::spawn(move || {
-            let run: Vec<u64> = (8..19).collect();
-            assert_eq!(producer.publish_slice(&run).unwrap().offsets, 8..19);
+            let run: Vec<u64> = (split..end).collect();
+            assert_eq!(producer.publish_slice(&run).unwrap().offsets, split..end);
         });
-        assert_eq!(
-            read_in_batches(&mut reader, 19),
-            (0..19).collect::<Vec<u64>>()
-        );
+        let all: Vec<u64> = (0..end).collect();
+        assert_eq!(read_in_batches(&mut reader, all.len()), all);
         publisher.join().unwrap();
     });
 }
