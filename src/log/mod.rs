@@ -660,7 +660,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         // grant's offset. Here, not on the load: that load is on the many-producer short path.
         fence(Ordering::Acquire);
         // Relaxed: a position, as in `reserved_end`.
-        let l = self.lease[usize::from(t & TAIL_LEASE_WORD != 0)].load(Ordering::Relaxed);
+        let l = self.lease[tail_word(t)].load(Ordering::Relaxed);
         (l >> 1) + (l & LEASE_BUSY)
     }
 
@@ -2785,21 +2785,18 @@ impl<T: Send + Sync + 'static> Log<T> {
         if t & TAIL_LEASED == 0 {
             return; // Ended already.
         }
-        let lease = &self.lease[usize::from(t & TAIL_LEASE_WORD != 0)];
+        let word = tail_word(t);
         // The holder may store to its word until it finds out: no lease on that word before
         // then. Relaxed: grants read it under the lock we hold; the holder's acknowledgement is
         // ordered after it by the generation's RMW below (see `lease_lost`).
-        self.lease_stale.fetch_or(
-            1 << usize::from(t & TAIL_LEASE_WORD != 0),
-            Ordering::Relaxed,
-        );
+        self.lease_stale.fetch_or(1 << word, Ordering::Relaxed);
         // SeqCst RMW, then the heavy barrier, then the loads: our side of `lease_begin`'s race.
         self.lease_gen.fetch_add(1, Ordering::SeqCst);
         heavy_barrier();
         let mut polls = 0u32;
         let next = loop {
             // Acquire: pairs with the holder's Release stores (`lease_end`, `lease_lost`).
-            let l = lease.load(Ordering::Acquire);
+            let l = self.lease[word].load(Ordering::Acquire);
             if l & LEASE_BUSY == 0 {
                 break l >> 1;
             }
@@ -3000,6 +2997,11 @@ fn cold() {}
 #[inline(always)]
 fn lease_word(gen: u64) -> usize {
     (gen & 1) as usize
+}
+
+/// The lease word that `t`, a value of `tail` with [`TAIL_LEASED`], names.
+fn tail_word(t: u64) -> usize {
+    usize::from(t & TAIL_LEASE_WORD != 0)
 }
 
 #[inline(always)]
