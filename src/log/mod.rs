@@ -137,6 +137,9 @@ const TAIL_CLOSED: u64 = 1 << 63;
 /// offsets from `lease`, not from `tail`, and a `fetch_add` that sees this bit reserved nothing.
 const TAIL_LEASED: u64 = 1 << 62;
 /// `tail` bit 61, only with [`TAIL_LEASED`]: the lease's word is `lease[1]`, not `lease[0]`.
+/// The generation says it too ([`lease_word`]), but a reader that looked at `lease_gen` after
+/// `tail` could see a later generation than the lease `tail` showed it; the bit names that
+/// lease's word, in the same load.
 const TAIL_LEASE_WORD: u64 = 1 << 61;
 /// `lease` bit 0: the holder is between taking an offset and publishing it. The bits above are
 /// the holder's next offset.
