@@ -3089,7 +3089,8 @@ pub(crate) struct Writer<T> {
     /// [`Writer::count_run`] looks at it where a publish leaves the short path (a segment's end,
     /// the long path).
     mine: u64,
-    /// Many producers: how many offsets in a row up to `next` were all this writer's.
+    /// Many producers: how many reservations in a row up to `next` were all this writer's (a
+    /// record or a whole batch each: see [`Writer::count_run`]).
     alone: u64,
 }
 
