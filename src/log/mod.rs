@@ -2041,7 +2041,7 @@ impl<T: Send + Sync + 'static> Log<T> {
             // never hands out an offset past the room. The many-producer kinds are only given to
             // logs where this holds, and always with the log's own policy (see `Path`), so they
             // skip the test.
-            debug_assert!(KIND == ANY || (self.fast && policy == self.overflow));
+            debug_assert!(KIND == ANY || (self.fast && policy == self.overflow && size.is_none()));
             if let Some(gen) = w.lease {
                 // The lease's holder: its next offset, if the room last seen covers it (the
                 // long path waits for room, or finds the lease gone).
@@ -2067,6 +2067,9 @@ impl<T: Send + Sync + 'static> Log<T> {
                 // Relaxed: see Orderings (`tail`).
                 let offset = self.tail.fetch_add(1, Ordering::Relaxed);
                 if offset & (TAIL_CLOSED | TAIL_LEASED) != 0 {
+                    // The log's own policy read here, not passed in, for the many-producer
+                    // kinds (see the end of this function).
+                    let policy = if KIND != ANY { self.overflow } else { policy };
                     return self.reserved_nothing(w, offset, value, key, size, policy);
                 }
                 w.mine += 1;
@@ -2075,6 +2078,12 @@ impl<T: Send + Sync + 'static> Log<T> {
                     self.publish_multi_short::<false>(w, offset, 0, value, meta, KIND != ANY)
                 };
             }
+        }
+        if KIND != ANY {
+            // The long path under the log's own policy (which these kinds are always given,
+            // with no size: see `Path`), out of line, so that the short path does not keep the
+            // policy at hand on every publish for this call.
+            return self.publish_long(w, value, key);
         }
         self.publish_with(w, value, key, size, policy)
     }
