@@ -2095,7 +2095,7 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// byte retention on a short path (`fast`), so no size to count.
     ///
     /// The lease holder's saturated loop is bound by the instructions it issues (~50 a record
-    /// at ~6 cycles in a 1→1 profile on the EPYC guest, its core 97% in the loop), so the
+    /// in a 1→1 profile on the EPYC guest, its core 97% in the loop, none above 13% of it), so the
     /// segment test is [`Segment::slot_of`] (a subtraction and a compare, where testing the
     /// bases took the log's mask, a negation and a mask more) and the two prefetch tests are
     /// one ([`Segment::prefetch_slot_ahead`]). Both together, alternating binaries, 8 rounds of 3
