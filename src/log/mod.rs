@@ -2007,7 +2007,7 @@ impl<T: Send + Sync + 'static> Log<T> {
     #[inline(always)]
     unsafe fn write_found(&self, seg: &Segment<T>, offset: u64, value: T, meta: Meta) {
         // SAFETY: the caller's contract.
-        unsafe { self.write_in::<false>(seg, offset, value, meta, 0) };
+        unsafe { self.write_in(seg, offset, value, meta, 0) };
         if self.single {
             // What `drop_values` will drop of this segment; a writer that leaves a segment says
             // the same (`release_writer`). Only the role's holder writes it, and only forward.
@@ -2051,14 +2051,7 @@ impl<T: Send + Sync + 'static> Log<T> {
                     if self.lease_begin(w, gen, offset) {
                         // SAFETY: `offset` is ours (we hold the lease, busy) and unpublished.
                         return unsafe {
-                            self.publish_multi_short::<true>(
-                                w,
-                                offset,
-                                gen,
-                                value,
-                                meta,
-                                KIND != ANY,
-                            )
+                            self.publish_multi_short(w, offset, Some(gen), value, meta, KIND != ANY)
                         };
                     }
                 }
@@ -2075,7 +2068,7 @@ impl<T: Send + Sync + 'static> Log<T> {
                 w.mine += 1;
                 // SAFETY: the `fetch_add` reserved `offset` for us, and nobody has published it.
                 return unsafe {
-                    self.publish_multi_short::<false>(w, offset, 0, value, meta, KIND != ANY)
+                    self.publish_multi_short(w, offset, None, value, meta, KIND != ANY)
                 };
             }
         }
@@ -2088,8 +2081,9 @@ impl<T: Send + Sync + 'static> Log<T> {
         self.publish_with(w, value, key, size, policy)
     }
 
-    /// The end of a many-producer short path that has reserved `offset`, from the lease
-    /// (`LEASED`: the publish then moves the lease on) or from `tail`: writes the slot and its
+    /// The end of a many-producer short path that has reserved `offset`, from the lease of
+    /// generation `lease` (`Some`: the publish then moves the lease on) or from `tail` (`None`;
+    /// a constant where inlined, as each caller passes one or the other): writes the slot and its
     /// stamp in the writer's segment, else switches segments ([`Log::publish_reserved`]), then
     /// [`Log::published`]. Nothing here runs user code until the record is published (I6); no
     /// byte retention on a short path (`fast`), so no size to count.
@@ -2105,11 +2099,11 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// # Safety
     /// `offset` is reserved by the caller and unpublished.
     #[inline(always)]
-    unsafe fn publish_multi_short<const LEASED: bool>(
+    unsafe fn publish_multi_short(
         &self,
         w: &mut Writer<T>,
         offset: u64,
-        gen: u64,
+        lease: Option<u64>,
         value: T,
         meta: Meta,
         free_barrier: bool,
@@ -2123,12 +2117,12 @@ impl<T: Send + Sync + 'static> Log<T> {
                 // SAFETY: `offset` is reserved and unpublished (this function's contract), and
                 // `seg`, held by `w`, is its segment, where its slot is `i`.
                 unsafe { self.write_slot::<true>(seg, i, value, meta, 0) };
-                if LEASED {
+                if let Some(gen) = lease {
                     self.lease_end(gen, offset + 1);
                 }
                 self.published(offset, free_barrier)
             }
-            _ => self.publish_reserved(w, offset, value, meta, LEASED.then_some(gen)),
+            _ => self.publish_reserved(w, offset, value, meta, lease),
         }
     }
 
@@ -2457,7 +2451,7 @@ impl<T: Send + Sync + 'static> Log<T> {
                             let size = sizes.get((o - first) as usize).copied().unwrap_or(0);
                             // SAFETY: `o` is reserved by us and unpublished, and `seg` is its
                             // segment, which `w` holds.
-                            unsafe { self.write_in::<false>(seg, o, value, meta, size) };
+                            unsafe { self.write_in(seg, o, value, meta, size) };
                         }
                     }
                     // Trimmed already (see `write`): the values are dropped once the whole run
@@ -2506,7 +2500,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         };
         // SAFETY: `offset` is reserved by us and unpublished, and `seg` is its segment, held by
         // `w`.
-        unsafe { self.write_in::<false>(seg, offset, value, meta, size) };
+        unsafe { self.write_in(seg, offset, value, meta, size) };
         None
     }
 
@@ -2517,26 +2511,17 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// it, and `seg` is the segment holding `offset`, which the caller holds a reference to,
     /// loaded from the directory and stays pinned for, or found in a log that keeps every
     /// segment while it lives (see [`Log::write_pinned`]).
-    ///
-    /// `SHORT_MULTI`: the caller is a many-producer short path, so the log is known to have many
-    /// producers and no byte retention (four instructions a publish fewer than testing both).
     #[inline(always)]
-    unsafe fn write_in<const SHORT_MULTI: bool>(
-        &self,
-        seg: &Segment<T>,
-        offset: u64,
-        value: T,
-        meta: Meta,
-        size: u64,
-    ) {
+    unsafe fn write_in(&self, seg: &Segment<T>, offset: u64, value: T, meta: Meta, size: u64) {
         // SAFETY: `offset & mask` is `offset`'s slot in its segment, `seg`; the rest is this
         // function's contract.
-        unsafe {
-            self.write_slot::<SHORT_MULTI>(seg, (offset & self.mask) as usize, value, meta, size)
-        }
+        unsafe { self.write_slot::<false>(seg, (offset & self.mask) as usize, value, meta, size) }
     }
 
     /// [`Log::write_in`] for the slot `i` of `seg`.
+    ///
+    /// `SHORT_MULTI`: the caller is a many-producer short path, so the log is known to have many
+    /// producers and no byte retention (four instructions a publish fewer than testing both).
     ///
     /// # Safety
     /// As for `write_in`, of the offset whose slot in `seg` is `i` (so `i` is below the

@@ -611,20 +611,14 @@ impl<T> Segment<T> {
         fetch_line_ahead::<_, AHEAD>(&self.values, i);
     }
 
-    /// [`Segment::prefetch_ahead`] for the stamp of slot `i + ahead` (multi-producer logs). A
-    /// multi-producer publish needs it most: its `fetch_add` drains the store buffer, so it waits
-    /// for every line its earlier stores still wait for (on a 16-core Xeon, fetching the stamps
-    /// ahead too took a multi-producer 1→1 from 30–45 to 64–72 M records/s).
-    #[inline(always)]
-    pub(crate) fn prefetch_stamp_ahead(&self, i: usize) {
-        fetch_line_ahead::<_, AHEAD>(&self.stamps, i);
-    }
-
-    /// [`Segment::prefetch_ahead`] and [`Segment::prefetch_stamp_ahead`] together, for a
-    /// many-producer publish of one record. Where every line of stamps starts at a slot whose
-    /// value starts a line too (values of a power-of-two size up to a line, or larger), the
-    /// stamps' test is made only at those slots: one test a record instead of two, on a path
-    /// whose saturated loop is bound by the instructions it issues (see `Log::publish_short`).
+    /// [`Segment::prefetch_ahead`], and the same for the stamp of slot `i + ahead`, for a
+    /// many-producer publish of one record. The stamps' line matters most there: a `fetch_add`
+    /// drains the store buffer, so it waits for every line its earlier stores still wait for (on
+    /// a 16-core Xeon, fetching the stamps ahead too took a many-producer 1→1 from 30–45 to
+    /// 64–72 M records/s). Where every line of stamps starts at a slot whose value starts a line
+    /// too (values of a power-of-two size up to a line, or larger), the stamps' test is made only
+    /// at those slots: one test a record instead of two, on a path whose saturated loop is bound
+    /// by the instructions it issues (see `Log::publish_multi_short`).
     #[inline(always)]
     pub(crate) fn prefetch_slot_ahead(&self, i: usize) {
         let (values, stamps) = (
@@ -640,7 +634,7 @@ impl<T> Segment<T> {
             }
         } else {
             self.prefetch_ahead(i);
-            self.prefetch_stamp_ahead(i);
+            fetch_line_ahead::<_, AHEAD>(&self.stamps, i);
         }
     }
 
