@@ -1076,9 +1076,7 @@ fn drop_late_pools() {
 /// stocking thread runs.
 #[cfg(not(loom))]
 struct AheadPools {
-    /// Weak: a log that goes meanwhile is not stocked. Not boxed, and the buffer kept: the list
-    /// allocates nothing a request (see [`stock_ahead_pools`]).
-    pools: Vec<(std::sync::Weak<dyn StockAhead>, usize)>,
+    pools: Vec<(Box<dyn StockAhead>, usize)>,
     running: bool,
 }
 
@@ -1093,17 +1091,19 @@ static STOCKING: StaticLock<AheadPools> = StaticLock::new(AheadPools {
 #[cfg(not(loom))]
 const AHEAD_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// A pool, whatever its record type, as the stocking thread's list holds it.
+/// A listed pool (the list holds it weakly: a log that goes meanwhile is not stocked).
 #[cfg(not(loom))]
-trait StockAhead: Send + Sync {
-    /// [`Pool::stock_up_to`].
-    fn stock_ahead(&self, target: usize);
+trait StockAhead: Send {
+    /// [`Pool::stock_up_to`], whatever the pool's record type, if the pool is still there.
+    fn stock_up_to(&self, target: usize);
 }
 
 #[cfg(not(loom))]
-impl<T: Send + Sync> StockAhead for Pool<T> {
-    fn stock_ahead(&self, target: usize) {
-        self.stock_up_to(target);
+impl<T: Send + Sync> StockAhead for std::sync::Weak<Pool<T>> {
+    fn stock_up_to(&self, target: usize) {
+        if let Some(pool) = self.upgrade() {
+            pool.stock_up_to(target);
+        }
     }
 }
 
@@ -1111,21 +1111,9 @@ impl<T: Send + Sync> StockAhead for Pool<T> {
 /// and ends, under the list's lock, once none was listed for [`AHEAD_IDLE`]. One for the
 /// process, started by the first request. It runs no application code: a segment's values are
 /// `MaybeUninit` until published.
-///
-/// It frees no block another thread allocated: a request moves no allocation over (the list's
-/// buffer stays with the list, and the thread moves the requests into a buffer of its own; the
-/// one exception is a pool's last weak reference, when its log went while listed), and stocking
-/// grows no list (a pool makes room for its spares when created). A small block freed on a
-/// thread stays in that thread's cache of free blocks (glibc's tcache), in use as far as the
-/// allocator can tell, until that thread reuses it or ends; such blocks near the top of the
-/// heap kept it from shrinking, so that dropping a 140 MB unbounded topic handed nothing back
-/// to the system until this thread ended (the `memory` scenario's RSS after the drop: 128 MiB
-/// with a boxed request and a temporary list, 64 MiB without the box, 0.0–0.2 MiB as now and
-/// 0.1 before the thread).
 #[cfg(not(loom))]
 fn stock_ahead_pools() {
     crate::sync::unpin_this_thread();
-    let mut pools = Vec::new();
     let mut list = STOCKING.lock();
     let mut idle_since = std::time::Instant::now();
     loop {
@@ -1138,12 +1126,10 @@ fn stock_ahead_pools() {
             list = STOCKING.wait_timeout(list, AHEAD_IDLE - waited);
             continue;
         }
-        pools.append(&mut list.pools);
+        let pools = std::mem::take(&mut list.pools);
         drop(list);
-        for (pool, target) in pools.drain(..) {
-            if let Some(pool) = pool.upgrade() {
-                pool.stock_ahead(target);
-            }
+        for (pool, target) in pools {
+            pool.stock_up_to(target);
         }
         list = STOCKING.lock();
         idle_since = std::time::Instant::now();
@@ -1286,7 +1272,7 @@ impl<T> Pool<T> {
             stamped,
             timestamps,
             keep: keep.max(ahead),
-            spare: Mutex::new(Vec::with_capacity(keep.max(ahead))),
+            spare: Mutex::new(Vec::new()),
             retired: Mutex::new(Vec::new()),
             lent: AtomicUsize::new(0),
             drop_late: Self::drop_late,
@@ -1304,8 +1290,7 @@ impl<T> Pool<T> {
     /// ring-like topic: a switch that allocated took 11–77 µs (against about 1 µs from the
     /// pool), and the first write into each 4 KiB of a fresh segment's values took ~5 µs.
     pub(crate) fn stock(&self, count: usize) {
-        // One at a time into the list, whose room for `keep` was made with the pool: no
-        // temporary list, and no growth of the pool's (see `stock_ahead_pools` for why).
+        let mut fresh = Vec::with_capacity(count.min(self.keep));
         for _ in 0..count.min(self.keep) {
             let mut seg = Segment::allocate(self.size, self.stamped, self.timestamps);
             // Relaxed: the segment is ours alone. Null on a log without timestamps, whose time
@@ -1322,8 +1307,9 @@ impl<T> Pool<T> {
                     touch_pages(std::slice::from_raw_parts_mut(times, self.size));
                 }
             }
-            lock(&self.spare).push(seg);
+            fresh.push(seg);
         }
+        lock(&self.spare).append(&mut fresh);
     }
 
     /// Called after a segment switch of a log that now has `installed` segments: if the log
@@ -1361,8 +1347,7 @@ impl<T> Pool<T> {
         T: Send + Sync + 'static,
     {
         let mut list = STOCKING.lock();
-        let weak: std::sync::Weak<Self> = Arc::downgrade(this);
-        list.pools.push((weak, target));
+        list.pools.push((Box::new(Arc::downgrade(this)), target));
         if list.running {
             STOCKING.notify();
             return;
