@@ -79,37 +79,18 @@ fn unpoisoned<G>(result: std::sync::LockResult<G>) -> G {
     result.unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// A lock that can live in a `static`, with a condition variable beside it: process-wide state no
-/// loom model reaches (the late-drop and stocking threads' lists of pools), so the standard mutex
-/// on both sides (loom's cannot be built in a `const`). Poisoning is ignored, as in [`lock`].
-// Under loom the condition variable goes unused: no model reaches the stocking thread.
-#[cfg_attr(loom, allow(dead_code))]
-pub(crate) struct StaticLock<T>(std::sync::Mutex<T>, std::sync::Condvar);
+/// A lock that can live in a `static`: process-wide state no loom model reaches (the late-drop
+/// thread's list of pools), so the standard mutex on both sides (loom's cannot be built in a
+/// `const`). Poisoning is ignored, as in [`lock`].
+pub(crate) struct StaticLock<T>(std::sync::Mutex<T>);
 
 impl<T> StaticLock<T> {
     pub(crate) const fn new(value: T) -> Self {
-        StaticLock(std::sync::Mutex::new(value), std::sync::Condvar::new())
+        StaticLock(std::sync::Mutex::new(value))
     }
 
     pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, T> {
         unpoisoned(self.0.lock())
-    }
-
-    /// Waits for [`StaticLock::notify`] (or a spurious wake-up) for at most `timeout`, with
-    /// `guard`, this lock's, released meanwhile.
-    #[cfg_attr(loom, allow(dead_code))]
-    pub(crate) fn wait_timeout<'a>(
-        &self,
-        guard: std::sync::MutexGuard<'a, T>,
-        timeout: Duration,
-    ) -> std::sync::MutexGuard<'a, T> {
-        unpoisoned(self.1.wait_timeout(guard, timeout)).0
-    }
-
-    /// Wakes a thread waiting in [`StaticLock::wait_timeout`], if any.
-    #[cfg_attr(loom, allow(dead_code))]
-    pub(crate) fn notify(&self) {
-        self.1.notify_one();
     }
 }
 
@@ -984,63 +965,5 @@ fn current_cpu() -> Option<usize> {
     #[cfg(not(all(not(loom), target_os = "linux")))]
     {
         None
-    }
-}
-
-/// Lets the calling thread run on the CPUs of the process's main thread: for the engine's own
-/// threads (the stocking thread), which inherit the CPU affinity of the thread that starts them,
-/// typically a publisher pinned to its core, whose work they are there to take off that core. The
-/// main thread's set is the process's as `taskset` or a launcher gave it, which this keeps to.
-/// Best effort: where the system refuses, the thread stays where it was. Linux only.
-#[cfg(not(loom))]
-pub(crate) fn unpin_this_thread() {
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: `cpu_set_t` is a plain bit array, valid all zero.
-        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        let size = std::mem::size_of_val(&set);
-        // SAFETY: `set` is writable for `size` bytes; the process id names its main thread.
-        if unsafe { libc::sched_getaffinity(libc::getpid(), size, &mut set) } == 0 {
-            // SAFETY: `set` is a valid mask of `size` bytes; 0 names the calling thread.
-            let _ = unsafe { libc::sched_setaffinity(0, size, &set) };
-        }
-    }
-}
-
-#[cfg(all(test, not(loom), target_os = "linux"))]
-mod tests {
-    use super::unpin_this_thread;
-
-    /// The CPUs thread `tid` of this process may run on, as the kernel lists them.
-    fn allowed(tid: u32) -> String {
-        let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).unwrap();
-        let line = status
-            .lines()
-            .find(|l| l.starts_with("Cpus_allowed_list:"))
-            .unwrap();
-        line.split_whitespace().nth(1).unwrap().to_owned()
-    }
-
-    #[test]
-    fn a_thread_pinned_to_one_cpu_is_let_run_where_the_main_thread_may() {
-        let main = allowed(std::process::id());
-        std::thread::spawn(move || {
-            // SAFETY: `gettid` takes nothing and cannot fail.
-            let me = unsafe { libc::gettid() } as u32;
-            // Pinned to the first CPU the main thread may use.
-            let first: usize = main.split([',', '-']).next().unwrap().parse().unwrap();
-            // SAFETY: a plain bit array, valid all zero.
-            let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-            // SAFETY: `first` is below `CPU_SETSIZE`, the bits `one` has (the kernel listed it).
-            unsafe { libc::CPU_SET(first, &mut one) };
-            // SAFETY: a valid mask of its own size; 0 names this thread.
-            let pinned = unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&one), &one) };
-            assert_eq!(pinned, 0);
-            assert_eq!(allowed(me), first.to_string());
-            unpin_this_thread();
-            assert_eq!(allowed(me), main, "not the main thread's CPUs");
-        })
-        .join()
-        .unwrap();
     }
 }

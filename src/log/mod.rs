@@ -246,21 +246,6 @@ const POOL_KEEP: usize = 4;
 /// like an unbounded log.
 const STOCK_MAX_BYTES: usize = 32 << 20;
 
-/// The most bytes of spare segments the stocking thread keeps ready for a log that grows into
-/// fresh memory (see [`Pool::ask_ahead`]).
-const AHEAD_MAX_BYTES: usize = 1 << 20;
-
-/// How many spare segments of `footprint` bytes the stocking thread may keep ready for a log
-/// that stocks `ring` segments when created: none where it stocks any (its cycle is allocated
-/// already), nor under loom (no model reaches the thread); otherwise [`AHEAD_MAX_BYTES`] of them,
-/// at least 2 and at most 64.
-fn ahead_segments(ring: usize, footprint: usize) -> usize {
-    if ring > 0 || cfg!(loom) {
-        return 0;
-    }
-    (AHEAD_MAX_BYTES / footprint.max(1)).clamp(2, 64)
-}
-
 /// How many segments a log allocates up front: for a log with a capacity (`max_records` under
 /// `Block` or `Reject`, `capacity` here), every segment it cycles through once full, as far as its
 /// share of [`STOCK_MAX_BYTES`] (`budget`) allows. None for a log whose `max_records` is a
@@ -531,11 +516,10 @@ impl<T: Send + Sync + 'static> Log<T> {
         let room_cap = config
             .max_records
             .filter(|_| config.overflow != Overflow::DropOldest);
-        let footprint = Segment::<T>::footprint(size, !single, config.timestamps);
         let ring = ring_segments(
             room_cap,
             size,
-            footprint,
+            Segment::<T>::footprint(size, !single, config.timestamps),
             STOCK_MAX_BYTES / config.partitions.max(1) as usize,
         );
         // Whether many producers may take the short path (see `Path::PlainMulti`).
@@ -578,13 +562,7 @@ impl<T: Send + Sync + 'static> Log<T> {
             admin: Mutex::new(Admin { oldest: 0 }),
             readers: Atomic::new(Vec::new()),
             dir: Directory::new(shift),
-            pool: Pool::new(
-                size,
-                !single,
-                config.timestamps,
-                POOL_KEEP.max(ring),
-                ahead_segments(ring, footprint),
-            ),
+            pool: Pool::new(size, !single, config.timestamps, POOL_KEEP.max(ring)),
             epoch: Epoch::new(),
             max_records: config.max_records,
             #[cfg(feature = "tracing")]
@@ -814,10 +792,6 @@ impl<T: Send + Sync + 'static> Log<T> {
             self.state.fetch_or(TO_DROP, Ordering::Relaxed);
         }
         drop(barred);
-        if index > 0 {
-            // A switch (not the log's creation): after the locks, as it may start a thread.
-            Pool::ask_ahead(&self.pool, next);
-        }
         if let Some(start) = trimmed {
             // After the lock: a tracing subscriber is the application's code (I6).
             crate::trace::event!(
@@ -3559,36 +3533,6 @@ mod tests {
             if stamped {
                 assert!(log.timestamp_at(n + 50).is_some_and(|t| t > 0), "stamped");
             }
-        }
-    }
-
-    #[test]
-    fn a_growing_log_finds_its_next_segments_stocked_ahead() {
-        // Unbounded, 64-slot segments: no stock when created, and a target of up to 64 spares.
-        let (log, mut w, mut r) = single_log(64);
-        assert_eq!(log.pool.spare(), 0, "nothing stocked before a switch");
-        // 40 segments' worth: 41 installed, a target of 10.
-        publish_all(&log, &mut w, 0..64 * 40);
-        let start = std::time::Instant::now();
-        while log.pool.spare() == 0 {
-            assert!(
-                start.elapsed() < std::time::Duration::from_secs(30),
-                "never stocked"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-        // Published on through the stocked segments, everything reads back in order.
-        publish_all(&log, &mut w, 64 * 40..64 * 80);
-        assert_eq!(drain(&mut r), (0..64 * 80).collect::<Vec<_>>());
-        log.release_writer(&mut w);
-        // A log with a capacity stocks its cycle when created and is never stocked ahead; nor
-        // is one that keeps its records by count (whose limit is a ceiling, not a capacity).
-        for (overflow, ahead) in [(Overflow::Block, 0), (Overflow::DropOldest, 64)] {
-            let config = TopicConfig::<u64>::default()
-                .max_records(1024)
-                .overflow(overflow)
-                .segment_size(64);
-            assert_eq!(Log::new(&config).pool.ahead(), ahead, "{overflow:?}");
         }
     }
 

@@ -33,11 +33,6 @@
 //! pool kept alive by the process's late-drop thread, which drops their values
 //! ([`Pool::drop_late`]); the release, wherever it runs, only retires them.
 //!
-//! A log with a capacity stocks the segments it cycles through when it is created
-//! ([`Pool::stock`]); one that grows into fresh memory has its next ones stocked, pages mapped, by
-//! the process's stocking thread ([`Pool::ask_ahead`]), so that its publishers find them in the
-//! pool rather than allocate and fault pages in.
-//!
 //! # Orderings
 //! - `refs`: increments are Relaxed (the caller already holds a reference or is pinned, so the
 //!   segment is alive; like `Arc::clone`). Decrements are Release, and the one that reaches zero is
@@ -56,9 +51,6 @@
 //! - `filled` (single producer): stored with Release by the producer when it leaves the segment,
 //!   before it drops its reference; read after the zero-count Acquire fence.
 //! - `bytes`: a Relaxed counter used by byte retention, read under the log's admin lock.
-//! - `Pool::asked`: a Relaxed flag that keeps a pool listed once for the stocking thread
-//!   ([`Pool::ask_ahead`]); nothing is read through it, and the spares it stocks pass through the
-//!   pool's mutex.
 //! - `Pool::lent`: a Relaxed count of segments out of the pool. Only `Log`'s `Drop` reads it, to
 //!   wait (boundedly) for it to reach zero; the segments themselves come back through the pool's
 //!   mutexes, which order everything done to them.
@@ -83,8 +75,8 @@ use crate::clock;
 
 use crate::sync::{
     clear_flags, fence, keep_store_order, lock, move_into, prefetch, prefetch_l2, prefetch_write,
-    touch_pages, values_of, Arc, AtomicBool, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Epoch,
-    Mutex, Ordering, SlotBase, StaticLock, UnsafeCell,
+    touch_pages, values_of, Arc, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Epoch, Mutex,
+    Ordering, SlotBase, StaticLock, UnsafeCell,
 };
 
 // The count behind [`UserCodeBarred`]: debug builds, and loom models (built for release, but
@@ -1072,70 +1064,6 @@ fn drop_late_pools() {
     }
 }
 
-/// The pools that asked for spares ([`Pool::ask_ahead`]), each with its target, and whether the
-/// stocking thread runs.
-#[cfg(not(loom))]
-struct AheadPools {
-    pools: Vec<(Box<dyn StockAhead>, usize)>,
-    running: bool,
-}
-
-#[cfg(not(loom))]
-static STOCKING: StaticLock<AheadPools> = StaticLock::new(AheadPools {
-    pools: Vec::new(),
-    running: false,
-});
-
-/// How long the stocking thread waits for a pool to stock before it ends (the next request
-/// starts another).
-#[cfg(not(loom))]
-const AHEAD_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// A listed pool (the list holds it weakly: a log that goes meanwhile is not stocked).
-#[cfg(not(loom))]
-trait StockAhead: Send {
-    /// [`Pool::stock_up_to`], whatever the pool's record type, if the pool is still there.
-    fn stock_up_to(&self, target: usize);
-}
-
-#[cfg(not(loom))]
-impl<T: Send + Sync> StockAhead for std::sync::Weak<Pool<T>> {
-    fn stock_up_to(&self, target: usize) {
-        if let Some(pool) = self.upgrade() {
-            pool.stock_up_to(target);
-        }
-    }
-}
-
-/// The stocking thread, named `logbus-stock`: stocks the pools listed ([`Pool::ask_ahead`]),
-/// and ends, under the list's lock, once none was listed for [`AHEAD_IDLE`]. One for the
-/// process, started by the first request. It runs no application code: a segment's values are
-/// `MaybeUninit` until published.
-#[cfg(not(loom))]
-fn stock_ahead_pools() {
-    crate::sync::unpin_this_thread();
-    let mut list = STOCKING.lock();
-    let mut idle_since = std::time::Instant::now();
-    loop {
-        if list.pools.is_empty() {
-            let waited = idle_since.elapsed();
-            if waited >= AHEAD_IDLE {
-                list.running = false;
-                return;
-            }
-            list = STOCKING.wait_timeout(list, AHEAD_IDLE - waited);
-            continue;
-        }
-        let pools = std::mem::take(&mut list.pools);
-        drop(list);
-        for (pool, target) in pools {
-            pool.stock_up_to(target);
-        }
-        list = STOCKING.lock();
-        idle_since = std::time::Instant::now();
-    }
-}
-
 /// Frees an array of `len` cells made by `Box::into_raw` of a boxed slice; nothing if null.
 ///
 /// # Safety
@@ -1244,26 +1172,10 @@ pub(crate) struct Pool<T> {
     /// [`Pool::drop_late`], for `Log`'s `Drop`, which cannot name the bounds the late-drop
     /// thread's list needs (`T: Send + Sync + 'static`); `new`, which can, picks it.
     pub(crate) drop_late: fn(Arc<Self>),
-    /// The most spare segments the stocking thread keeps ready for this log as it grows (see
-    /// [`Pool::ask_ahead`]); 0 for a log that stocks its cycle when created, and under loom.
-    ahead: usize,
-    /// Set while this pool is on the stocking thread's list (or being stocked), so that it is
-    /// listed once however many switches find it short.
-    asked: AtomicBool,
-    /// [`Pool::list_ahead`], picked by `new` for the same reason as `drop_late`.
-    list_ahead: fn(&Arc<Self>, usize),
 }
 
 impl<T> Pool<T> {
-    /// A pool of segments of `size` slots that keeps up to `keep` spares, of which up to `ahead`
-    /// are stocked ahead of a growing log (see [`Pool::ask_ahead`]; `keep` is raised to it).
-    pub(crate) fn new(
-        size: usize,
-        stamped: bool,
-        timestamps: bool,
-        keep: usize,
-        ahead: usize,
-    ) -> Arc<Self>
+    pub(crate) fn new(size: usize, stamped: bool, timestamps: bool, keep: usize) -> Arc<Self>
     where
         T: Send + Sync + 'static,
     {
@@ -1271,14 +1183,11 @@ impl<T> Pool<T> {
             size,
             stamped,
             timestamps,
-            keep: keep.max(ahead),
+            keep,
             spare: Mutex::new(Vec::new()),
             retired: Mutex::new(Vec::new()),
             lent: AtomicUsize::new(0),
             drop_late: Self::drop_late,
-            ahead,
-            asked: AtomicBool::new(false),
-            list_ahead: Self::list_ahead,
         })
     }
 
@@ -1310,71 +1219,6 @@ impl<T> Pool<T> {
             fresh.push(seg);
         }
         lock(&self.spare).append(&mut fresh);
-    }
-
-    /// Called after a segment switch of a log that now has `installed` segments: if the log
-    /// grows into fresh memory (`ahead` > 0) and its spares run short, asks the stocking thread
-    /// ([`stock_ahead_pools`]) to allocate more, with their pages mapped, as [`Pool::stock`]
-    /// does for a log with a capacity. A log without a capacity (unbounded, or bounded by bytes
-    /// or age) otherwise allocates a fresh segment at each switch and faults its pages in as it
-    /// publishes: on the 2-vCPU EPYC guest half of the publishing core's time on the default
-    /// topic went to the kernel's page faults. The thread takes that off the publisher, as
-    /// Chronicle Queue's pretoucher does for its files; where it finds no spare, a switch
-    /// allocates as before. The target grows with the log, a quarter of the segments it
-    /// installed (at least 2, at most `ahead`), so that a log that stays small keeps little
-    /// beyond what it holds; the pool is listed once it is down to half of that. Runs no
-    /// application code; not under the log's locks (it may start a thread).
-    pub(crate) fn ask_ahead(this: &Arc<Self>, installed: u64) {
-        if this.ahead == 0 {
-            return;
-        }
-        let target = usize::try_from(installed / 4)
-            .unwrap_or(usize::MAX)
-            .clamp(2, this.ahead);
-        // Relaxed: the flag only keeps the pool listed once; the spares themselves pass through
-        // the mutex.
-        if this.spare() * 2 < target && !this.asked.swap(true, Ordering::Relaxed) {
-            (this.list_ahead)(this, target);
-        }
-    }
-
-    /// Lists the pool for the stocking thread, to be stocked up to `target` spares, starting
-    /// the thread if none runs. If none can be started, the pool is not listed (and not marked,
-    /// so a later switch tries again).
-    #[cfg(not(loom))]
-    fn list_ahead(this: &Arc<Self>, target: usize)
-    where
-        T: Send + Sync + 'static,
-    {
-        let mut list = STOCKING.lock();
-        list.pools.push((Box::new(Arc::downgrade(this)), target));
-        if list.running {
-            STOCKING.notify();
-            return;
-        }
-        let started = std::thread::Builder::new()
-            .name("logbus-stock".into())
-            .spawn(stock_ahead_pools);
-        list.running = started.is_ok();
-        if !list.running {
-            list.pools.pop();
-            // Relaxed: as in `ask_ahead`.
-            this.asked.store(false, Ordering::Relaxed);
-        }
-    }
-
-    /// Under loom no pool is stocked ahead (`ahead` is 0: no model reaches the thread), and
-    /// loom's `Arc` has no weak reference for the list.
-    #[cfg(loom)]
-    fn list_ahead(_: &Arc<Self>, _: usize) {}
-
-    /// The stocking thread's work for this pool: spares up to `target`, with their pages mapped.
-    #[cfg(not(loom))]
-    fn stock_up_to(&self, target: usize) {
-        self.stock(target.saturating_sub(self.spare()));
-        // Relaxed: as in `ask_ahead`. After the stock: a switch that finds the spares short
-        // again lists the pool again.
-        self.asked.store(false, Ordering::Relaxed);
     }
 
     /// A segment for the offsets `[base, base + size)`, with one reference (the directory's).
@@ -1514,12 +1358,6 @@ impl<T> Pool<T> {
         self.lent.load(Ordering::Relaxed)
     }
 
-    /// How many spare segments the stocking thread may keep ready ([`Pool::ask_ahead`]).
-    #[cfg(test)]
-    pub(crate) fn ahead(&self) -> usize {
-        self.ahead
-    }
-
     /// Number of segments waiting for reuse.
     pub(crate) fn spare(&self) -> usize {
         lock(&self.spare).len()
@@ -1607,7 +1445,7 @@ mod tests {
 
     #[test]
     fn an_offset_has_a_slot_only_in_its_own_segment() {
-        let pool = Pool::<u64>::new(32, true, false, 4, 0);
+        let pool = Pool::<u64>::new(32, true, false, 4);
         let ptr = Pool::take(&pool, 64);
         // SAFETY: freshly taken, so ours alone until released below.
         let seg = unsafe { &*ptr };
@@ -1634,7 +1472,7 @@ mod tests {
 
     #[test]
     fn packed_times_round_trip_near_and_far_from_the_base() {
-        let pool = Pool::<u64>::new(16, false, true, 1, 0);
+        let pool = Pool::<u64>::new(16, false, true, 1);
         let base = 1_800_000_000_000_000_000; // 2027
         let metas = [
             Meta::new(base, None),
@@ -1666,7 +1504,7 @@ mod tests {
     #[test]
     fn time_words_wait_for_a_keyed_record_on_topics_without_timestamps() {
         let words = |seg: &Segment<u64>| !seg.times.load(Ordering::Relaxed).is_null();
-        let pool = Pool::<u64>::new(8, false, false, 1, 0);
+        let pool = Pool::<u64>::new(8, false, false, 1);
         let ptr = Pool::take(&pool, 0);
         // SAFETY: freshly taken, so ours alone until released below.
         let seg = unsafe { &*ptr };
@@ -1690,7 +1528,7 @@ mod tests {
         // SAFETY: we own the one reference `take` handed out.
         unsafe { Segment::release(ptr) };
         // A timestamped topic's segments have theirs from the start.
-        let pool = Pool::<u64>::new(8, false, true, 1, 0);
+        let pool = Pool::<u64>::new(8, false, true, 1);
         let ptr = Pool::take(&pool, 0);
         // SAFETY: as above.
         assert!(words(unsafe { &*ptr }));
@@ -1700,7 +1538,7 @@ mod tests {
 
     #[test]
     fn topics_without_timestamps_read_zero_and_keep_keys() {
-        let pool = Pool::<u64>::new(8, true, false, 1, 0);
+        let pool = Pool::<u64>::new(8, true, false, 1);
         let metas = [
             Meta::new(0, None),
             Meta::new(0, Some(42)),
@@ -1785,7 +1623,7 @@ mod tests {
             (&ALIGNED, [1, 1, 1, 1], Vec::new()),
         ];
         for (runs, flags, stamps) in cases {
-            let pool = Pool::<u64>::new(32, true, false, 4, 0);
+            let pool = Pool::<u64>::new(32, true, false, 4);
             let ptr = publish_and_scan(&pool, runs, |k| k as u64);
             // SAFETY: held since `take`, used on this thread only.
             let seg = unsafe { &*ptr };
@@ -1825,7 +1663,7 @@ mod tests {
     #[test]
     fn values_published_by_flag_or_stamp_are_dropped_once_and_the_flags_cleared() {
         let drops = Arc::new(AtomicUsize::new(0));
-        let pool = Pool::<Counted>::new(32, true, false, 4, 0);
+        let pool = Pool::<Counted>::new(32, true, false, 4);
         let ptr = publish_and_scan(&pool, &MIXED, |_| Counted(Arc::clone(&drops)));
         // SAFETY: held since `take`, ours alone: nobody else has a reference.
         let seg = unsafe { &mut *ptr };
@@ -1849,7 +1687,7 @@ mod tests {
     #[test]
     fn segments_smaller_than_a_group_publish_and_scan_by_stamps() {
         for size in [2usize, 4] {
-            let pool = Pool::<u64>::new(size, true, false, 4, 0);
+            let pool = Pool::<u64>::new(size, true, false, 4);
             let ptr = Pool::take(&pool, 0);
             // SAFETY: freshly taken, ours alone until released below.
             let seg = unsafe { &*ptr };
@@ -1877,56 +1715,5 @@ mod tests {
             // SAFETY: we own the one reference `take` handed out.
             unsafe { Segment::release(ptr) };
         }
-    }
-
-    /// Waits (boundedly) until `done` holds: for the stocking thread's work.
-    fn wait_until(mut done: impl FnMut() -> bool) {
-        let start = std::time::Instant::now();
-        while !done() {
-            assert!(
-                start.elapsed() < std::time::Duration::from_secs(30),
-                "never happened"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-    }
-
-    #[test]
-    fn a_growing_log_s_pool_is_stocked_ahead_once_its_spares_run_short() {
-        let pool = Pool::<u64>::new(64, true, true, 1, 6);
-        let asked = |pool: &Pool<u64>| pool.asked.load(Ordering::Relaxed);
-        // 40 segments installed: a target of 10, within the pool's 6.
-        Pool::ask_ahead(&pool, 40);
-        wait_until(|| pool.spare() == 6 && !asked(&pool));
-        // Taken, a stocked segment is as a fresh one: written, read back, released.
-        let metas: Vec<Meta> = (0..5).map(|i| Meta::new(1_000 + i, None)).collect();
-        let read = round_trip(&pool, Some(1_000), &metas);
-        assert!(same(&read, &metas), "{read:?} != {metas:?}");
-        assert_eq!(pool.spare(), 6, "came back as spare");
-        // Down to half the target: nothing asked.
-        let taken: Vec<_> = (0..3).map(|i| Pool::take(&pool, 64 * i)).collect();
-        Pool::ask_ahead(&pool, 40);
-        assert!(!asked(&pool), "3 spares of a target of 6: not short");
-        // Below half: stocked up to the target again.
-        let one_more = Pool::take(&pool, 192);
-        Pool::ask_ahead(&pool, 40);
-        wait_until(|| pool.spare() == 6 && !asked(&pool));
-        for ptr in taken.into_iter().chain([one_more]) {
-            // SAFETY: we own the one reference `take` handed out, and wrote nothing.
-            unsafe { Segment::release(ptr) };
-        }
-        assert_eq!(pool.spare(), 6, "no more spares than the pool keeps");
-        // A log of 3 segments aims at 2 spares.
-        let small = Pool::<u64>::new(64, false, false, 1, 6);
-        Pool::ask_ahead(&small, 3);
-        wait_until(|| small.spare() == 2 && !asked(&small));
-    }
-
-    #[test]
-    fn a_pool_without_ahead_is_never_stocked_ahead() {
-        let pool = Pool::<u64>::new(64, true, true, 4, 0);
-        Pool::ask_ahead(&pool, 1_000);
-        assert!(!pool.asked.load(Ordering::Relaxed), "listed");
-        assert_eq!(pool.spare(), 0);
     }
 }
