@@ -318,7 +318,9 @@ impl<T: Send + Sync + 'static> Topic<T> {
     }
 
     /// Configures a push subscription: a thread of its own runs a handler for every record, with
-    /// retries, backoff, dead letters, filters and (in ack mode) acknowledgements.
+    /// retries, backoff, dead letters, filters and (in ack mode) acknowledgements. The thread is
+    /// started by the one that subscribes and inherits its CPU affinity: subscribe from a thread
+    /// that is not pinned to a publisher's core, unless the handler should share it.
     pub fn subscription(&self, name: &str) -> SubscriptionBuilder<T>
     where
         T: Clone,
