@@ -3152,10 +3152,11 @@ impl<T: Send + Sync + 'static> Writer<T> {
     #[inline]
     fn count_run(&mut self, t: u64, n: u64) {
         let end = t + n;
+        debug_assert!(self.mine >= n, "`mine` counts this reservation already");
         // Wrapping: `next` is never above a later reservation's end, but a count is no reason
         // to risk a panic.
         self.alone = if end.wrapping_sub(self.next) == self.mine {
-            self.alone.saturating_add(self.mine - n.min(self.mine) + 1)
+            self.alone.saturating_add(self.mine.saturating_sub(n) + 1)
         } else {
             0
         };
