@@ -406,6 +406,58 @@ impl<T> SlotBase<T> {
     }
 }
 
+/// A many-producer writer's handle on a segment's stamps (one `AtomicU8` a slot), addressed by
+/// log offset, as [`SlotBase`] is on its values: the array's address less its first offset, so
+/// that the stamp of an offset is one address computation, with no bounds check and no load of
+/// the array's address (the lease holder's kept state, `log::KeptLease`).
+///
+/// It owns nothing: whoever holds one must hold the array alive too (a writer holds a counted
+/// reference to the segment beside it).
+pub(crate) struct StampBase {
+    /// `stamps[0]`'s address, moved back by the array's first offset (wrapping: it may point
+    /// outside the array; only the offsets of the array's slots are ever looked up through it).
+    origin: *const AtomicU8,
+}
+
+impl Clone for StampBase {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl Copy for StampBase {}
+
+impl StampBase {
+    /// A handle that must not be looked up through (no segment).
+    pub(crate) const fn unset() -> Self {
+        StampBase {
+            origin: std::ptr::null(),
+        }
+    }
+
+    /// The handle on `stamps`, whose element 0 is the stamp of offset `first`.
+    pub(crate) fn new(stamps: &[AtomicU8], first: u64) -> Self {
+        // Wrapping: `origin` keeps the array's provenance and only ever comes back inside it
+        // (see `get`).
+        StampBase {
+            origin: stamps.as_ptr().wrapping_sub(first as usize),
+        }
+    }
+
+    /// The stamp of `offset`.
+    ///
+    /// # Safety
+    /// `offset` lies in `first..first + len` of the array this handle was made from, and that
+    /// array outlives the returned reference.
+    #[inline(always)]
+    pub(crate) unsafe fn get(&self, offset: u64) -> &AtomicU8 {
+        // SAFETY: `origin + offset` is `stamps[offset - first]` (the same wrapping arithmetic
+        // backwards), inside the live array by the caller's contract; the stamps are atomics,
+        // so a shared reference is all any access needs.
+        unsafe { &*self.origin.wrapping_add(offset as usize) }
+    }
+}
+
 /// The values held in `cells`, in order: outside loom a plain slice's iterator (see
 /// [`values_ptr`]), whose loop keeps the array's address in a register; under loom a read through
 /// each cell, which loom tracks.

@@ -76,7 +76,7 @@ use crate::clock;
 use crate::sync::{
     clear_flags, fence, keep_store_order, lock, move_into, prefetch, prefetch_l2, prefetch_write,
     touch_pages, values_of, Arc, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Epoch, Mutex,
-    Ordering, SlotBase, StaticLock, UnsafeCell,
+    Ordering, SlotBase, StampBase, StaticLock, UnsafeCell,
 };
 
 // The count behind [`UserCodeBarred`]: debug builds, and loom models (built for release, but
@@ -392,6 +392,12 @@ impl<T> Segment<T> {
     /// producer's one-record path, which then needs neither the segment's address nor its mask.
     pub(crate) fn slot_base(&self) -> SlotBase<T> {
         SlotBase::new(&self.values, self.base)
+    }
+
+    /// A handle on this segment's stamps by offset (see [`StampBase`]): the lease holder's kept
+    /// state (`log::KeptLease`). `None` where the segment has no stamps (a single-producer log's).
+    pub(crate) fn stamp_base(&self) -> Option<StampBase> {
+        (self.stamps.len() == self.values.len()).then(|| StampBase::new(&self.stamps, self.base))
     }
 
     /// Starts loading slot `i`'s value into this core's cache (a hint; see [`prefetch`]).
