@@ -1734,7 +1734,10 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// The writer's lease path reaches the lease, its word and its segment through the writer
     /// behind the producer's pointer, computes the word from the generation and the slot from
     /// the segment's base: ~47 instructions a record in the saturated loop (stop 56), which is
-    /// bound by the instructions it issues. From the kept state, 26. Alternating harness
+    /// bound by the instructions it issues. From the kept state, 26. It fetches no lines ahead,
+    /// as the single producer's kept path does not: with no `fetch_add`, no instruction here
+    /// waits for the store buffer to drain (`Segment::prefetch_slot_ahead` says why that made
+    /// the stamps' prefetch matter there). Not measured with it. Alternating harness
     /// binaries on the 2-vCPU EPYC guest (6 rounds of 3 runs, ring-like many-producer topic, one
     /// producer): tput 1→1 ×1.19 (1.16–1.86), 1→2 ×1.13 (1.11–1.17), 1→4 ×1.04; with two
     /// producers sharing a core (2→2) ×0.95 (0.94–0.97): its readers then caught up and took
@@ -3222,8 +3225,10 @@ impl<T> Kept<T> {
 ///
 /// A cache of the writer's state, not a second owner of it: the lease's word still holds the
 /// holder's next offset after every publish, so the writer's own paths go on from there with
-/// nothing handed back. Taken again after anything else used the writer; `limit` 0 (no short
-/// path) in between, and whenever the writer holds no lease.
+/// nothing handed back. Cleared (`limit` 0: no short path) before anything else uses the
+/// writer, and taken again after the writer's own publish path; cleared too whenever the writer
+/// holds no lease. So it never stores to a lease's word once the writer has acknowledged that
+/// lease's end (`lease_stale`), after which the word may be another holder's.
 ///
 /// [`Producer`]: crate::Producer
 pub(crate) struct KeptLease<T> {
