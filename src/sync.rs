@@ -413,19 +413,12 @@ impl<T> SlotBase<T> {
 ///
 /// It owns nothing: whoever holds one must hold the array alive too (a writer holds a counted
 /// reference to the segment beside it).
+#[derive(Clone, Copy)]
 pub(crate) struct StampBase {
     /// `stamps[0]`'s address, moved back by the array's first offset (wrapping: it may point
     /// outside the array; only the offsets of the array's slots are ever looked up through it).
     origin: *const AtomicU8,
 }
-
-impl Clone for StampBase {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl Copy for StampBase {}
 
 impl StampBase {
     /// A handle that must not be looked up through (no segment).

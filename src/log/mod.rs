@@ -3246,14 +3246,6 @@ pub(crate) struct KeptLease<T> {
     stamps: StampBase,
 }
 
-impl<T> Clone for KeptLease<T> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<T> Copy for KeptLease<T> {}
-
 impl<T> KeptLease<T> {
     /// A state that takes no short path (every publish hands its value back).
     pub(crate) const fn none() -> Self {
