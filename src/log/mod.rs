@@ -1734,7 +1734,8 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// The writer's lease path reaches the lease, its word and its segment through the writer
     /// behind the producer's pointer, computes the word from the generation and the slot from
     /// the segment's base: ~47 instructions a record in the saturated loop (stop 56), which is
-    /// bound by the instructions it issues. From the kept state, 26. It fetches no lines ahead,
+    /// bound by the instructions it issues. From the kept state, 30 (the harness's loop, its own 5
+    /// included). It fetches no lines ahead,
     /// as the single producer's kept path does not: with no `fetch_add`, no instruction here
     /// waits for the store buffer to drain (`Segment::prefetch_slot_ahead` says why that made
     /// the stamps' prefetch matter there). Not measured with it. Alternating harness
