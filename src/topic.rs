@@ -671,20 +671,7 @@ impl<T: Send + Sync + 'static> Producer<T> {
         } else if fast.plain_multi {
             let Inner { first, lease, .. } = &mut *self.inner;
             let (log, w) = &mut **first;
-            match log.publish_kept_lease(lease, value) {
-                Ok(offset) => Ok(offset),
-                Err(value) => {
-                    // The writer's own path (a reservation by `fetch_add`, a segment's end, the
-                    // lease's start or end), then the lease taken again. Cleared first, as
-                    // `on_inner` clears `kept`: the path may unwind after it moved the writer
-                    // on. Inline, as before the kept lease: the contended many-producer
-                    // publish takes it every time (out of line, 2→2 ran ×0.82).
-                    lease.clear();
-                    let published = log.publish_plain_multi(w, value, None);
-                    log.take_kept_lease(w, lease);
-                    published
-                }
-            }
+            log.publish_plain_multi_kept(w, lease, value)
         } else {
             // Not `on_inner`: no kept state to take again off this path (`plain_single` is not
             // set), and the stamped logs' publish is out of line already (`Log::publish_stamped`).
