@@ -78,8 +78,8 @@
 //!   compare-exchange on `tail`; `reserved_end` loads `tail` Relaxed and, finding the lease, an
 //!   Acquire fence orders its look at the word after that. `TAIL_LEASED` and
 //!   `TAIL_LEASE_WORD` are set and cleared only under `lease_lock`. A `Producer`'s kept lease
-//!   (`publish_kept_lease`) makes the same accesses in the same order; where it finds the lease
-//!   ended it stores the word back, not busy, with Release (as `lease_lost`), and leaves the
+//!   (`publish_kept_lease`) goes through the same two steps (`mark_busy`, `mark_not_busy`);
+//!   where it finds the lease ended it undoes its busy mark as `lease_lost` does, and leaves the
 //!   acknowledgement to the writer's own path.
 //! - `lease_stale`: `end_lease` sets the word's bit (Relaxed RMW, under the lock) before its
 //!   SeqCst RMW of `lease_gen`. The last holder clears it with a Release RMW once it knows: it
