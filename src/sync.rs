@@ -15,9 +15,7 @@
 //! - [`light_barrier`] / [`heavy_barrier`]: the asymmetric pair used by the park/wake handshake;
 //! - [`Epoch`]: pinning for crossbeam-epoch reclamation;
 //! - [`WaitersByCpu`]: how many threads wait for records on each CPU (a heuristic for pauses);
-//! - spin and yield hints, and `CachePadded`;
-//! - [`map_chunk`] / [`hold_chunk`] / [`release_chunk`]: 2 MiB chunks of memory the kernel may back
-//!   with huge pages, counted by their holders, from which a growing log carves segment arrays.
+//! - spin and yield hints, and `CachePadded`.
 //!
 //! # Orderings
 //! The barrier pair is the main ordering decision made in this file. Both sides of the park/wake
@@ -34,9 +32,7 @@
 //! [`WaitersByCpu`]'s counts publish nothing and are `Relaxed` (see there). [`OwnValue`] is a
 //! `Relaxed` load of a word whose every store is ordered before it already (its caller's own, or
 //! made under a lock the caller holds): coherence gives the latest value, and nothing is
-//! published through it. A chunk's count of holders is an `Arc`'s: a new holder is added by one
-//! that holds it already (`Relaxed`), and the last release unmaps it after a `Release` decrement
-//! and an `Acquire` fence, so every use of the chunk's memory by any holder comes before the unmap.
+//! published through it.
 
 #[cfg(not(loom))]
 pub(crate) use std::sync::{
@@ -321,128 +317,6 @@ pub(crate) unsafe fn touch_pages<E>(cells: &mut [E]) {
     }
     #[cfg(loom)]
     let _ = cells;
-}
-
-/// The size and alignment of a chunk ([`map_chunk`]): one huge page on x86-64 and AArch64 with
-/// 4 KiB pages.
-pub(crate) const CHUNK: usize = 2 << 20;
-
-/// The bytes at a chunk's start that hold its count of holders (a cache line of its own).
-pub(crate) const CHUNK_HEAD: usize = 64;
-
-/// Maps a fresh chunk: [`CHUNK`] zeroed bytes aligned to [`CHUNK`], which the kernel is asked to
-/// back with huge pages (`madvise(MADV_HUGEPAGE)`; Linux's default, `madvise`, gives huge pages
-/// only where asked), with one holder, the caller. Its first [`CHUNK_HEAD`] bytes are the count;
-/// the rest is the caller's to carve. Where a fresh 4 KiB page costs a fault each (1.4–1.9 µs
-/// on the 2-vCPU VM, most of it the host's), a huge page costs one fault for 512 of them.
-///
-/// `None` where it cannot map one, on other systems, and under loom (whose models have no pages,
-/// and whose atomics are not laid out like the count): the caller allocates as before.
-pub(crate) fn map_chunk() -> Option<std::ptr::NonNull<u8>> {
-    #[cfg(all(not(loom), target_os = "linux"))]
-    {
-        // Twice the size, so that an aligned chunk lies inside; the rest is unmapped at once.
-        let span = 2 * CHUNK;
-        // SAFETY: an anonymous private mapping; no memory of ours is involved.
-        let at = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                span,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if at == libc::MAP_FAILED {
-            return None;
-        }
-        let start = at as usize;
-        let chunk = start.next_multiple_of(CHUNK);
-        let (before, after) = (chunk - start, start + span - (chunk + CHUNK));
-        // SAFETY: both ranges lie in the mapping just made, outside the chunk we keep, and
-        // nothing uses them. The head is page-aligned (`mmap`'s start), the tail starts at the
-        // chunk's end (aligned). Empty ranges are skipped: `munmap` refuses a length of 0.
-        unsafe {
-            if before > 0 {
-                libc::munmap(at, before);
-            }
-            if after > 0 {
-                libc::munmap((chunk + CHUNK) as *mut libc::c_void, after);
-            }
-            // Only advice: where it is refused the chunk is still ordinary memory.
-            libc::madvise(chunk as *mut libc::c_void, CHUNK, libc::MADV_HUGEPAGE);
-        }
-        let head = chunk as *mut std::sync::atomic::AtomicUsize;
-        // SAFETY: the chunk is ours, writable and aligned to far more than a word.
-        unsafe { head.write(std::sync::atomic::AtomicUsize::new(1)) };
-        std::ptr::NonNull::new(chunk as *mut u8)
-    }
-    #[cfg(not(all(not(loom), target_os = "linux")))]
-    None
-}
-
-/// The count of holders of the chunk that holds the address `inside`.
-///
-/// # Safety
-/// `inside` lies in a chunk from [`map_chunk`] that is still mapped (the caller holds it).
-#[cfg(all(not(loom), target_os = "linux"))]
-unsafe fn chunk_holders<'a>(inside: *const u8) -> &'a std::sync::atomic::AtomicUsize {
-    let head = (inside as usize & !(CHUNK - 1)) as *const std::sync::atomic::AtomicUsize;
-    // SAFETY: a chunk starts at a multiple of `CHUNK` with its count (`map_chunk`), and the
-    // caller's hold keeps it mapped.
-    unsafe { &*head }
-}
-
-/// How many hold the chunk that holds the address `inside` (tests only).
-///
-/// # Safety
-/// As [`hold_chunk`]: the caller holds that chunk.
-#[cfg(all(test, not(loom), target_os = "linux"))]
-pub(crate) unsafe fn chunk_holders_of(inside: *const u8) -> usize {
-    // Relaxed: a test's look at a count it holds a share of.
-    // SAFETY: the caller's contract.
-    unsafe { chunk_holders(inside) }.load(std::sync::atomic::Ordering::Relaxed)
-}
-
-/// Adds a holder to the chunk that holds the address `inside`.
-///
-/// # Safety
-/// The caller holds that chunk already (so it stays mapped meanwhile).
-pub(crate) unsafe fn hold_chunk(inside: *const u8) {
-    #[cfg(all(not(loom), target_os = "linux"))]
-    {
-        // Relaxed: a holder adds another (as `Arc::clone`); nothing is published through it.
-        // SAFETY: the caller's contract.
-        unsafe { chunk_holders(inside) }.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    }
-    #[cfg(not(all(not(loom), target_os = "linux")))]
-    let _ = inside;
-}
-
-/// Drops one holder of the chunk that holds the address `inside`; the last one unmaps it.
-///
-/// # Safety
-/// The caller holds that chunk and gives its hold up: neither it nor anything it lent the chunk's
-/// memory to uses that memory afterwards.
-pub(crate) unsafe fn release_chunk(inside: *const u8) {
-    #[cfg(all(not(loom), target_os = "linux"))]
-    {
-        use std::sync::atomic::{fence, Ordering};
-        // Release: our uses of the chunk's memory come before the decrement; the last holder's
-        // Acquire fence then orders every holder's uses before the unmap (as `Arc`'s drop).
-        // SAFETY: the caller's contract.
-        if unsafe { chunk_holders(inside) }.fetch_sub(1, Ordering::Release) != 1 {
-            return;
-        }
-        fence(Ordering::Acquire);
-        let chunk = (inside as usize & !(CHUNK - 1)) as *mut libc::c_void;
-        // SAFETY: the last holder is gone, so nothing uses the chunk; it is a whole mapping of
-        // `CHUNK` bytes (`map_chunk` unmapped the rest around it).
-        unsafe { libc::munmap(chunk, CHUNK) };
-    }
-    #[cfg(not(all(not(loom), target_os = "linux")))]
-    let _ = inside;
 }
 
 /// A writer's handle on an array of value cells (a segment's), addressed by log offset: the

@@ -74,10 +74,9 @@ use std::ptr::NonNull;
 use crate::clock;
 
 use crate::sync::{
-    clear_flags, fence, hold_chunk, keep_store_order, lock, map_chunk, move_into, prefetch,
-    prefetch_l2, prefetch_write, release_chunk, touch_pages, values_of, Arc, AtomicPtr, AtomicU64,
-    AtomicU8, AtomicUsize, Epoch, Mutex, Ordering, SlotBase, StampBase, StaticLock, UnsafeCell,
-    CHUNK, CHUNK_HEAD,
+    clear_flags, fence, keep_store_order, lock, move_into, prefetch, prefetch_l2, prefetch_write,
+    touch_pages, values_of, Arc, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Epoch, Mutex,
+    Ordering, SlotBase, StampBase, StaticLock, UnsafeCell,
 };
 
 // The count behind [`UserCodeBarred`]: debug builds, and loom models (built for release, but
@@ -280,11 +279,7 @@ pub(crate) struct Segment<T> {
     filled: AtomicUsize,
     /// Sum of the sizes of the records in this segment (byte retention only).
     bytes: AtomicU64,
-    values: Cells<T>,
-    /// Whether `values`, and whether `times`, were carved from a chunk (see [`Carver`]) rather
-    /// than allocated one by one. A carved segment's time words are carved too on a timestamped
-    /// log; on one without timestamps they come later, allocated, if ever (see `times`).
-    carved: (bool, bool),
+    values: Box<[UnsafeCell<MaybeUninit<T>>]>,
     /// The packed time word of each slot (`len` of them), zero until written; only non-zero words
     /// are written. On a timestamped log allocated with the segment, since every record writes
     /// its word. On a log without timestamps only a keyed record writes one, so, like `keys`, the
@@ -330,45 +325,21 @@ unsafe impl<T: Send + Sync> Send for Segment<T> {}
 unsafe impl<T: Send + Sync> Sync for Segment<T> {}
 
 impl<T> Segment<T> {
-    /// A fresh segment, its values and time words from `carved` where given (see
-    /// [`Carver::carve`]), else allocated here.
-    fn allocate(
-        size: usize,
-        stamped: bool,
-        timestamps: bool,
-        carved: Option<Carved<T>>,
-    ) -> Box<Self> {
-        let carved_here = carved
-            .as_ref()
-            .map_or((false, false), |c| (true, c.times.is_some()));
-        let (values, times) = match carved {
-            Some(Carved { values, times }) => (
-                Cells {
-                    ptr: values,
-                    len: size,
-                },
-                times.map_or(std::ptr::null_mut(), NonNull::as_ptr),
-            ),
-            None => {
-                let values: Box<[UnsafeCell<MaybeUninit<T>>]> = (0..size)
-                    .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
-                    .collect();
-                let times = if timestamps {
-                    let cells: Box<[TimeCell]> = (0..size).map(|_| zero_word()).collect();
-                    Box::into_raw(cells) as *mut TimeCell
-                } else {
-                    std::ptr::null_mut()
-                };
-                (Cells::boxed(values), times)
-            }
+    fn allocate(size: usize, stamped: bool, timestamps: bool) -> Box<Self> {
+        let times = if timestamps {
+            let cells: Box<[TimeCell]> = (0..size).map(|_| zero_word()).collect();
+            Box::into_raw(cells) as *mut TimeCell
+        } else {
+            std::ptr::null_mut()
         };
         Box::new(Segment {
             base: 0,
             refs: AtomicUsize::new(0),
             filled: AtomicUsize::new(0),
             bytes: AtomicU64::new(0),
-            values,
-            carved: carved_here,
+            values: (0..size)
+                .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
+                .collect(),
             times: AtomicPtr::new(times),
             tzero: 0,
             keys: AtomicPtr::new(std::ptr::null_mut()),
@@ -961,25 +932,12 @@ impl<T> Drop for Segment<T> {
         let dropped = self.drop_values_checked(false);
         let len = self.len();
         // Relaxed: `&mut self`, nobody else can reach the segment.
-        let times = self.times.load(Ordering::Relaxed);
-        let (values_carved, times_carved) = self.carved;
-        // SAFETY: `keys` and `wide` are null or boxed slices of `len` cells (allocated in
-        // `array_or_allocate`), and so are `values` and `times` unless carved, when each holds
-        // its chunk (`Carver::carve`; carved `times` are never null). This is the only release
-        // of each, and the values were dropped above.
+        // SAFETY: each is null or a boxed slice of `len` cells (allocated in `array_or_allocate`,
+        // or `times` in `allocate`), and this is its only release.
         unsafe {
             free_array(self.keys.load(Ordering::Relaxed), len);
             free_array(self.wide.load(Ordering::Relaxed), len);
-            if values_carved {
-                release_chunk(self.values.ptr.as_ptr().cast());
-            } else {
-                free_array(self.values.ptr.as_ptr(), len);
-            }
-            if times_carved {
-                release_chunk(times.cast());
-            } else {
-                free_array(times, len);
-            }
+            free_array(self.times.load(Ordering::Relaxed), len);
         }
         resume_unless_unwinding(dropped);
     }
@@ -1200,141 +1158,6 @@ impl Packed {
     }
 }
 
-/// A segment's value cells: a boxed slice, or an array carved from a chunk (the segment says
-/// which, and frees it accordingly). A slice for every use but the release.
-struct Cells<T> {
-    ptr: NonNull<UnsafeCell<MaybeUninit<T>>>,
-    len: usize,
-}
-
-impl<T> Cells<T> {
-    fn boxed(cells: Box<[UnsafeCell<MaybeUninit<T>>]>) -> Self {
-        let len = cells.len();
-        // SAFETY: `Box::into_raw` never gives null.
-        let ptr = unsafe { NonNull::new_unchecked(Box::into_raw(cells).cast()) };
-        Cells { ptr, len }
-    }
-}
-
-impl<T> std::ops::Deref for Cells<T> {
-    type Target = [UnsafeCell<MaybeUninit<T>>];
-    #[inline(always)]
-    fn deref(&self) -> &Self::Target {
-        // SAFETY: `len` cells from `ptr`, boxed or carved, live as long as the segment (freed
-        // only by its `Drop`); a cell is valid whatever its bytes (`MaybeUninit`).
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
-    }
-}
-
-impl<T> std::ops::DerefMut for Cells<T> {
-    #[inline(always)]
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        // SAFETY: as for `deref`, and `&mut self` is the segment's exclusive access.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
-    }
-}
-
-/// A fresh segment's arrays carved from chunks ([`Carver::carve`]): its values, and its time
-/// words on a timestamped log. Each holds its chunk; the segment's `Drop` releases them.
-struct Carved<T> {
-    values: NonNull<UnsafeCell<MaybeUninit<T>>>,
-    times: Option<NonNull<TimeCell>>,
-}
-
-/// How many bytes of segments a log allocates one array at a time before it carves them from
-/// chunks ([`Carver`]): a log that stays smaller (most partitions of a many-partition topic, a
-/// quiet topic) never maps a 2 MiB chunk it would not fill.
-const CARVE_AFTER: usize = 1 << 20;
-
-/// Where a growing log's fresh segments get their values and time words once it has allocated
-/// [`CARVE_AFTER`] bytes of segments: from 2 MiB chunks the kernel may back with huge pages
-/// ([`map_chunk`]), cut in order, one after another.
-///
-/// A log without a capacity grows into fresh memory: every page of every segment is a page fault
-/// on the publisher's first write into it. On the 2-vCPU VM that was over half the producer's
-/// core on the default topic (1→1, `perf record`: 56% of its samples in the kernel clearing
-/// pages, the host's cost of a never-touched page among them); a huge page takes one fault for
-/// 512 of those pages. Carved memory is fresh from the kernel and reads zero, so the time words
-/// need no clearing either; a chunk is never carved twice, and is unmapped when the last array
-/// in it is freed (each holds it, and so does the carver while it cuts from it), so a dropped
-/// topic's memory goes back to the system at once.
-struct Carver {
-    /// Bytes of segments this log allocated one array at a time so far (up to [`CARVE_AFTER`]).
-    made: usize,
-    /// The chunk being cut, which the carver holds, and how far it is cut: `None` before the
-    /// first chunk.
-    chunk: Option<(NonNull<u8>, usize)>,
-}
-
-// SAFETY: the chunk is process memory shared by count (`hold_chunk`/`release_chunk`, atomic),
-// usable from any thread; the carver only cuts new arrays from it, under the pool's lock.
-unsafe impl Send for Carver {}
-
-impl Carver {
-    /// A fresh segment's arrays (values of `size` `T`s, and time words if `timestamps`), carved
-    /// from a chunk, or `None` where they are allocated one at a time: until the log has made
-    /// [`CARVE_AFTER`] bytes of segments (`footprint` a segment), for arrays too large to share a
-    /// chunk or holding nothing, or where no chunk can be mapped.
-    fn carve<T>(&mut self, size: usize, timestamps: bool, footprint: usize) -> Option<Carved<T>> {
-        if self.made < CARVE_AFTER {
-            self.made = self.made.saturating_add(footprint);
-            return None;
-        }
-        let value_bytes = size.checked_mul(std::mem::size_of::<T>())?;
-        let time_bytes = if timestamps { size * 6 } else { 0 };
-        // Each array on a line of its own (as a segment's prefetches reckon).
-        let align = std::mem::align_of::<T>().max(64);
-        let need = value_bytes
-            .checked_next_multiple_of(align)?
-            .checked_add(time_bytes)?;
-        if value_bytes == 0 || need > (CHUNK - CHUNK_HEAD) / 8 {
-            return None;
-        }
-        let at = match self.chunk {
-            Some((_, cut)) if cut.next_multiple_of(align) + need <= CHUNK => {
-                cut.next_multiple_of(align)
-            }
-            _ => {
-                let fresh = map_chunk()?;
-                if let Some((old, _)) = self.chunk.take() {
-                    // SAFETY: the carver held the old chunk and cuts nothing more from it.
-                    unsafe { release_chunk(old.as_ptr()) };
-                }
-                self.chunk = Some((fresh, CHUNK_HEAD));
-                CHUNK_HEAD.next_multiple_of(align)
-            }
-        };
-        let (chunk, cut) = self.chunk.as_mut()?;
-        *cut = at + need;
-        let base = chunk.as_ptr();
-        // SAFETY: `at + need <= CHUNK`, so both arrays lie in the chunk, past its head, after
-        // every array cut before; the carver holds the chunk, so it is mapped, and each array
-        // takes a hold of its own.
-        unsafe {
-            let values = NonNull::new_unchecked(base.add(at).cast());
-            hold_chunk(base);
-            let times = if timestamps {
-                hold_chunk(base);
-                Some(NonNull::new_unchecked(
-                    base.add(at + value_bytes.next_multiple_of(align)).cast(),
-                ))
-            } else {
-                None
-            };
-            Some(Carved { values, times })
-        }
-    }
-}
-
-impl Drop for Carver {
-    fn drop(&mut self) {
-        if let Some((chunk, _)) = self.chunk.take() {
-            // SAFETY: the carver holds its chunk and cuts nothing more from it.
-            unsafe { release_chunk(chunk.as_ptr()) };
-        }
-    }
-}
-
 /// Spare segments of one log, kept so that steady-state publishing allocates nothing.
 pub(crate) struct Pool<T> {
     size: usize,
@@ -1352,8 +1175,6 @@ pub(crate) struct Pool<T> {
     retired: Mutex<Vec<Box<Segment<T>>>>,
     /// Segments taken and not yet spare again (see [`Pool::lent`]).
     lent: AtomicUsize,
-    /// Where fresh segments' arrays come from once the log has grown (see [`Carver`]).
-    carver: Mutex<Carver>,
     /// [`Pool::drop_late`], for `Log`'s `Drop`, which cannot name the bounds the late-drop
     /// thread's list needs (`T: Send + Sync + 'static`); `new`, which can, picks it.
     pub(crate) drop_late: fn(Arc<Self>),
@@ -1372,10 +1193,6 @@ impl<T> Pool<T> {
             spare: Mutex::new(Vec::new()),
             retired: Mutex::new(Vec::new()),
             lent: AtomicUsize::new(0),
-            carver: Mutex::new(Carver {
-                made: 0,
-                chunk: None,
-            }),
             drop_late: Self::drop_late,
         })
     }
@@ -1390,7 +1207,7 @@ impl<T> Pool<T> {
     pub(crate) fn stock(&self, count: usize) {
         let mut fresh = Vec::with_capacity(count.min(self.keep));
         for _ in 0..count.min(self.keep) {
-            let mut seg = Segment::allocate(self.size, self.stamped, self.timestamps, None);
+            let mut seg = Segment::allocate(self.size, self.stamped, self.timestamps);
             // Relaxed: the segment is ours alone. Null on a log without timestamps, whose time
             // words only a keyed record writes, allocating them then.
             let times = seg.times.load(Ordering::Relaxed);
@@ -1435,11 +1252,7 @@ impl<T> Pool<T> {
                 }
                 seg
             }
-            None => {
-                let footprint = Segment::<T>::footprint(this.size, this.stamped, this.timestamps);
-                let carved = lock(&this.carver).carve(this.size, this.timestamps, footprint);
-                Segment::allocate(this.size, this.stamped, this.timestamps, carved)
-            }
+            None => Segment::allocate(this.size, this.stamped, this.timestamps),
         };
         seg.base = base;
         // On a timestamped log every slot's word is rewritten relative to this (never 0).
@@ -1875,146 +1688,6 @@ mod tests {
         unsafe { Segment::release(ptr) };
         drop(pool);
         assert_eq!(drops.load(Ordering::Relaxed), 30, "and never again");
-    }
-
-    /// The segments a growing pool hands out: allocated one by one until it has made
-    /// `CARVE_AFTER` bytes of them, then carved from chunks, each array on a line of its own, apart
-    /// from every other, time words reading zero; every array holds its chunk, the carver holds
-    /// the one it cuts, and a chunk's last holder gone is the chunk gone.
-    #[cfg(target_os = "linux")]
-    #[test]
-    fn a_growing_pool_carves_its_segments_from_chunks_that_its_arrays_hold() {
-        use crate::sync::chunk_holders_of;
-        // 56 KiB a segment (4096 `u64`s and their time words): 19 allocated, then 37 a chunk.
-        let size = 4096;
-        let footprint = Segment::<u64>::footprint(size, false, true);
-        let allocated = CARVE_AFTER.div_ceil(footprint);
-        let pool = Pool::<u64>::new(size, false, true, 0);
-        let taken: Vec<_> = (0..100u64)
-            .map(|k| Pool::take(&pool, k * size as u64))
-            .collect();
-        // SAFETY: each taken above and held until released below.
-        let segs: Vec<&Segment<u64>> = taken.iter().map(|&p| unsafe { &*p }).collect();
-        let carved: Vec<_> = segs.iter().map(|s| s.carved).collect();
-        assert_eq!(
-            carved,
-            [
-                vec![(false, false); allocated],
-                vec![(true, true); 100 - allocated]
-            ]
-            .concat()
-        );
-        let chunk_of = |p: *const u8| p as usize & !(CHUNK - 1);
-        let mut arrays = Vec::new();
-        for seg in &segs[allocated..] {
-            let values = seg.values.as_ptr() as usize;
-            // Relaxed: the segment is ours alone.
-            let times = seg.times.load(Ordering::Relaxed) as usize;
-            assert_eq!((values % 64, times % 64), (0, 0), "on lines of their own");
-            assert_eq!(
-                chunk_of(values as _),
-                chunk_of(times as _),
-                "one chunk a segment"
-            );
-            arrays.push((values, values + size * 8));
-            arrays.push((times, times + size * 6));
-        }
-        arrays.sort_unstable();
-        assert!(
-            arrays.windows(2).all(|w| w[0].1 <= w[1].0),
-            "arrays overlap"
-        );
-        assert!(
-            arrays
-                .iter()
-                .all(|a| a.0 % CHUNK >= CHUNK_HEAD && a.1 - chunk_of(a.0 as _) <= CHUNK),
-            "an array outside its chunk or over its head"
-        );
-        let chunks: Vec<usize> = segs[allocated..]
-            .iter()
-            .map(|s| chunk_of(s.values.as_ptr().cast()))
-            .collect();
-        let per_chunk = (CHUNK - CHUNK_HEAD) / (size * 14);
-        assert_eq!(
-            chunks.iter().filter(|&&c| c == chunks[0]).count(),
-            per_chunk
-        );
-        let last = *chunks.last().unwrap();
-        for (k, &seg) in segs.iter().enumerate() {
-            for i in 0..size {
-                // SAFETY: fresh and zeroed (allocated or carved), read before any write.
-                assert!(unsafe { seg.meta(i) }.is_empty(), "segment {k} slot {i}");
-                // SAFETY: each slot written once, read back on this thread after.
-                unsafe { seg.write(i, (k * size + i) as u64, Meta::new(HOUR + i as u64, None)) };
-            }
-        }
-        for (k, &seg) in segs.iter().enumerate() {
-            for i in (0..size).step_by(97) {
-                // SAFETY: written above.
-                let (value, meta) = unsafe { (*seg.value(i), seg.meta(i)) };
-                assert_eq!(
-                    (value, meta.timestamp_nanos()),
-                    ((k * size + i) as u64, HOUR + i as u64)
-                );
-            }
-            seg.set_filled(size);
-        }
-        // SAFETY: `chunks[0]` is held by its segments' arrays, `last` by the carver too.
-        unsafe {
-            assert_eq!(chunk_holders_of(chunks[0] as _), 2 * per_chunk);
-            let in_last = chunks.iter().filter(|&&c| c == last).count();
-            assert_eq!(chunk_holders_of(last as _), 2 * in_last + 1);
-        }
-        // Released last first, so the carver's chunk is still held when counted.
-        for &p in taken.iter().rev() {
-            // SAFETY: we own the one reference `take` handed out; a pool keeping no spare
-            // frees the segment, arrays and all.
-            unsafe { Segment::release(p) };
-            if p == taken[allocated] {
-                break;
-            }
-        }
-        // SAFETY: the carver still holds the chunk it cuts.
-        let holders = unsafe { chunk_holders_of(last as _) };
-        assert_eq!(holders, 1, "the carver's hold alone");
-        for &p in &taken[..allocated] {
-            // SAFETY: as above.
-            unsafe { Segment::release(p) };
-        }
-        assert_eq!(pool.lent(), 0);
-    }
-
-    /// A pool carves nothing for arrays of zero-sized values, and on a log without timestamps it
-    /// carves values alone: the time words a keyed record needs later are allocated and freed
-    /// one by one, as before.
-    #[cfg(target_os = "linux")]
-    #[test]
-    fn a_pool_carves_values_alone_without_timestamps_and_nothing_for_zero_sized_values() {
-        let size = 1 << 14;
-        let units = Pool::<()>::new(size, true, false, 0);
-        let bytes = Pool::<u64>::new(size, true, false, 0);
-        for k in 0..20u64 {
-            let unit = Pool::take(&units, k * size as u64);
-            let byte = Pool::take(&bytes, k * size as u64);
-            // SAFETY: taken above, ours alone until released below.
-            let (unit_seg, seg) = unsafe { (&*unit, &*byte) };
-            assert_eq!(unit_seg.carved, (false, false));
-            assert!(!seg.carved.1);
-            // A keyed record: its time word's array is allocated now, carved values or not.
-            // SAFETY: slot 3 written once, read back after.
-            unsafe { seg.write(3, 7, Meta::new(0, Some(42))) };
-            // SAFETY: as above.
-            assert_eq!(unsafe { (*seg.value(3), seg.meta(3).key()) }, (7, Some(42)));
-            seg.set_filled(4);
-            if k >= 8 {
-                assert!(seg.carved.0, "segment {k}: 128 KiB each, 1 MiB made by 8");
-            }
-            // SAFETY: we own the references `take` handed out.
-            unsafe {
-                Segment::release(unit);
-                Segment::release(byte);
-            }
-        }
     }
 
     #[test]
