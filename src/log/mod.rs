@@ -1735,7 +1735,9 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// behind the producer's pointer, computes the word from the generation and the slot from
     /// the segment's base: ~47 instructions a record in the saturated loop (stop 56), which is
     /// bound by the instructions it issues. From the kept state, 30 (the harness's loop, its own 5
-    /// included). It fetches no lines ahead,
+    /// included); 28 since the producer hands it the log's address from its own `Fast::log`
+    /// rather than through `inner` (stop 59: the loop keeps it in a register, and no longer
+    /// loads it each record). It fetches no lines ahead,
     /// as the single producer's kept path does not: with no `fetch_add`, no instruction here
     /// waits for the store buffer to drain (`Segment::prefetch_slot_ahead` says why that made
     /// the stamps' prefetch matter there). Not measured with it. Alternating harness
