@@ -297,7 +297,6 @@ impl<T: Send + Sync + 'static> Topic<T> {
             next: 0,
             buffer: Vec::new(),
             sizes: Vec::new(),
-            lease: KeptLease::none(),
         };
         Ok(Producer::new(inner, direct))
     }
@@ -560,13 +559,29 @@ struct Fast<T> {
     /// again at every record, since the publish's stores may write anywhere `inner` points
     /// (stop 59: two instructions fewer a record, 1→1 / 1→2 ×1.05 / ×1.04 with one producer).
     log: NonNull<Log<T>>,
-    /// With `plain_single`, partition 0's writer's short-path state ([`Log::take_kept`]), taken
-    /// again after anything else used that writer; unused otherwise.
+    /// Partition 0's writer's short-path state: with `plain_single`, the single producer's
+    /// ([`Log::take_kept`]), taken again after anything else used that writer; with
+    /// `plain_multi`, the lease holder's next offset and segment, beside `lease`
+    /// ([`Log::take_kept_lease`]), cleared before anything but `publish` uses that writer and
+    /// taken again by the next publish it hands back; unused otherwise.
     kept: Kept<T>,
+    /// With `plain_multi`, the rest of the lease holder's short-path state: the lease's
+    /// generation and word, and the segment's stamps ([`KeptLease`]).
+    ///
+    /// One `kept` for both paths, not a whole kept lease of its own beside it: with one, the
+    /// caller's loop kept the single producer's state in memory, not registers (stop 58:
+    /// single-producer tput 1→1 ×0.55–0.70 in the harness, so the kept lease lived behind
+    /// `inner`, reloaded at every record); sharing the three words, each loop keeps its next
+    /// offset, segment end and log in registers. Alternating harness binaries on the 2-vCPU EPYC
+    /// guest (stop 59, 8 rounds of 3 runs, against the kept lease behind `inner`): many
+    /// producers, one producer, tput 1→1 / 1→2 / 1→4 ×1.18 / ×1.21 / ×1.01, two producers ×1.07;
+    /// the single producer's ×0.97 / ×1.00 / ×1.01 (its loop now reloads its values' address
+    /// from the stack: one register short).
+    lease: KeptLease,
 }
 
 // SAFETY: `log` is only read through, as a `&Log<T>` (`Log<T>` is `Sync` for these `T`), and the
-// `Arc` that keeps it alive moves with the producer (`inner`); `kept` (and `inner.lease`) write
+// `Arc` that keeps it alive moves with the producer (`inner`); `kept` (and `lease`) write
 // only into the segment that `inner`'s writer holds (and into the lease word of that log which
 // the writer holds), from whichever one thread owns the producer, as the writer itself would.
 unsafe impl<T: Send + Sync + 'static> Send for Producer<T> {}
@@ -584,17 +599,6 @@ struct Inner<T: Send + Sync + 'static> {
     next: usize,
     buffer: Vec<T>,
     sizes: Vec<u64>,
-    /// With `Fast::plain_multi`, partition 0's writer's lease as a short-path state
-    /// ([`Log::take_kept_lease`]): one that takes no short path while the writer holds no lease.
-    /// Cleared before anything but `publish` uses that writer (`Producer::on_writer`), and taken
-    /// again by the next publish it hands back (`Producer::publish`); unused otherwise.
-    ///
-    /// Here, not in `Fast` beside the single producer's `kept`: there, the caller's loop kept
-    /// the single producer's state in memory, not registers (a load and a store of its next
-    /// offset a record, and the path test inside the loop: single-producer tput 1→1 ×0.55–0.70
-    /// in the harness). So did clearing and taking it again in `on_inner`, which the single
-    /// producer's long path calls: hence `on_writer`.
-    lease: KeptLease<T>,
 }
 
 impl<T: Send + Sync + 'static> fmt::Debug for Producer<T> {
@@ -609,7 +613,7 @@ impl<T: Send + Sync + 'static> Producer<T> {
     fn new(inner: Inner<T>, direct: Option<Path>) -> Self {
         let mut inner = Box::new(inner);
         let plain_single = direct == Some(Path::PlainSingle);
-        // `inner.lease` starts cleared: a writer just claimed holds no lease. Its first publish
+        // A many-producer topic's `kept` starts cleared: a writer just claimed holds no lease. Its first publish
         // through the writer's path takes it, once there is one.
         let (log, w) = &mut *inner.first;
         let kept = if plain_single {
@@ -624,6 +628,7 @@ impl<T: Send + Sync + 'static> Producer<T> {
                 plain_multi: direct == Some(Path::PlainMulti),
                 log,
                 kept,
+                lease: KeptLease::none(),
             },
             inner,
         }
@@ -636,7 +641,8 @@ impl<T: Send + Sync + 'static> Producer<T> {
     }
 
     /// Runs `f` on `inner` (out of line, handed only `inner`'s address: see `Producer::fast`),
-    /// then takes partition 0's kept state again, as `f` may have moved its writer on.
+    /// then takes partition 0's kept state again, as `f` may have moved its writer on: a single
+    /// producer's at once, a lease holder's by the next publish, which hands the writer back.
     ///
     /// Until then the kept state takes no short path: `f` may publish and then unwind (a value's
     /// `Drop` that panics as the log drops retired values), and a caller that catches the panic
@@ -649,15 +655,6 @@ impl<T: Send + Sync + 'static> Producer<T> {
             self.fast.kept = self.inner.take_first_kept();
         }
         r
-    }
-
-    /// [`Producer::on_inner`] for a call that may use partition 0's writer other than through
-    /// `publish`: the kept lease is cleared first, and the next publish, which it then hands
-    /// back, takes it again (see `Inner::lease` for why not in `on_inner`).
-    #[inline(always)]
-    fn on_writer<R>(&mut self, f: impl FnOnce(&mut Inner<T>) -> R) -> R {
-        self.inner.lease.clear();
-        self.on_inner(f)
     }
 
     /// Publishes a record (round-robin over partitions).
@@ -675,8 +672,12 @@ impl<T: Send + Sync + 'static> Producer<T> {
             // SAFETY: as above. The log from `fast`, not `first`: the caller's loop may then
             // keep its address in a register instead of loading it through `inner` each publish.
             let log = unsafe { fast.log.as_ref() };
-            let Inner { first, lease, .. } = &mut *self.inner;
-            log.publish_plain_multi_kept(&mut first.1, lease, value)
+            log.publish_plain_multi_kept(
+                &mut self.inner.first.1,
+                &mut fast.kept,
+                &mut fast.lease,
+                value,
+            )
         } else {
             // Not `on_inner`: no kept state to take again off this path (`plain_single` is not
             // set), and the stamped logs' publish is out of line already (`Log::publish_stamped`).
@@ -693,7 +694,7 @@ impl<T: Send + Sync + 'static> Producer<T> {
     /// Publishes a record to one partition.
     #[inline]
     pub fn publish_to(&mut self, partition: u32, value: T) -> Result<Published, PublishToError<T>> {
-        self.on_writer(|inner| inner.publish_to(partition, value))
+        self.on_inner(|inner| inner.publish_to(partition, value))
     }
 
     /// Publishes a record to the partition of its key (see [`Topic::publish_keyed`]).
@@ -704,7 +705,7 @@ impl<T: Send + Sync + 'static> Producer<T> {
         value: T,
     ) -> Result<Published, PublishError<T>> {
         let h = key::hash(key);
-        self.on_writer(|inner| inner.publish_hashed(h, value))
+        self.on_inner(|inner| inner.publish_hashed(h, value))
     }
 
     /// Publishes values as one contiguous run in one partition (round-robin), with one reservation
@@ -718,7 +719,7 @@ impl<T: Send + Sync + 'static> Producer<T> {
         &mut self,
         values: I,
     ) -> Result<PublishedBatch, PublishError<Vec<T>>> {
-        self.on_writer(|inner| {
+        self.on_inner(|inner| {
             let p = inner.pick();
             inner.publish_batch_to(p, values)
         })
@@ -746,7 +747,7 @@ impl<T: Send + Sync + 'static> Producer<T> {
     where
         T: Copy,
     {
-        self.on_writer(|inner| inner.publish_slice(values))
+        self.on_inner(|inner| inner.publish_slice(values))
     }
 }
 
@@ -863,7 +864,7 @@ mod tests {
         );
         let mut kept = 0;
         for v in 0..10_000 {
-            kept += u32::from(p.inner.lease.is_kept());
+            kept += u32::from(p.fast.kept.is_kept());
             assert_eq!(p.publish(v).unwrap().offset, v);
         }
         // The lease comes after 4,096 reservations alone; from then on every publish but a
@@ -874,14 +875,14 @@ mod tests {
         );
         // Another use of the writer clears it; the next publish takes it again.
         assert_eq!(p.publish_to(0, 10_000).unwrap().offset, 10_000);
-        assert!(!p.inner.lease.is_kept(), "cleared by publish_to");
+        assert!(!p.fast.kept.is_kept(), "cleared by publish_to");
         assert_eq!(p.publish(10_001).unwrap().offset, 10_001);
-        assert!(p.inner.lease.is_kept(), "taken again by the next publish");
+        assert!(p.fast.kept.is_kept(), "taken again by the next publish");
         // Another publisher ends the lease: the holder's next publish goes through its writer,
         // and nothing is kept until it holds a lease again.
         assert_eq!(topic.publish(20_000).unwrap().offset, 10_002);
         assert_eq!(p.publish(10_003).unwrap().offset, 10_003);
-        assert!(!p.inner.lease.is_kept(), "no lease, nothing kept");
+        assert!(!p.fast.kept.is_kept(), "no lease, nothing kept");
         let mut got = Vec::new();
         while let Ok(b) = r.try_next_batch(4096) {
             got.extend(b.values().copied());

@@ -1722,9 +1722,10 @@ impl<T: Send + Sync + 'static> Log<T> {
         }
     }
 
-    /// The lease holder's short path, from its kept state ([`KeptLease`]): the lease path of
-    /// [`Log::publish_short`] (busy mark, light barrier, generation, slot, stamp, the word again,
-    /// the look at `state`) on a state the caller may keep in registers. Hands `value` back where
+    /// The lease holder's short path, from its kept state (`h`, the next offset and segment, and
+    /// `x`, the lease: see [`KeptLease`]): the lease path of [`Log::publish_short`] (busy mark,
+    /// light barrier, generation, slot, stamp, the word again, the look at `state`) on a state
+    /// the caller may keep in registers. Hands `value` back where
     /// that path would leave the short path (a segment's end, the room last seen, the lease
     /// ended, no lease kept), for [`Log::publish_plain_multi`].
     ///
@@ -1735,9 +1736,11 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// behind the producer's pointer, computes the word from the generation and the slot from
     /// the segment's base: ~47 instructions a record in the saturated loop (stop 56), which is
     /// bound by the instructions it issues. From the kept state, 30 (the harness's loop, its own 5
-    /// included); 28 since the producer hands it the log's address from its own `Fast::log`
-    /// rather than through `inner` (stop 59: the loop keeps it in a register, and no longer
-    /// loads it each record). It fetches no lines ahead,
+    /// included), with the state behind the producer's `inner` pointer, loaded again at every
+    /// record and the next offset stored back. Since stop 59 the producer keeps it in its own
+    /// `Fast`, sharing the single producer's [`Kept`], and hands it the log from there too: the
+    /// loop keeps the next offset, the segment's end and the log in registers, 26 instructions
+    /// (see `Producer::fast` for the figures). It fetches no lines ahead,
     /// as the single producer's kept path does not: with no `fetch_add`, no instruction here
     /// waits for the store buffer to drain (`Segment::prefetch_slot_ahead` says why that made
     /// the stamps' prefetch matter there). Not measured with it. Alternating harness
@@ -1747,7 +1750,12 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// turns through `sched_yield` for a third of their core. The single-producer rows alike
     /// (×0.96–1.02).
     #[inline(always)]
-    pub(crate) fn publish_kept_lease(&self, h: &mut KeptLease<T>, value: T) -> Result<u64, T> {
+    pub(crate) fn publish_kept_lease(
+        &self,
+        h: &mut Kept<T>,
+        x: &KeptLease,
+        value: T,
+    ) -> Result<u64, T> {
         let offset = h.next;
         // `room_cached` is also the close check, as in `publish_short`.
         if offset < h.limit && self.room_cached(offset) {
@@ -1755,8 +1763,8 @@ impl<T: Send + Sync + 'static> Log<T> {
             // lease of generation `gen` (`take_kept_lease`) and cleared before that writer could
             // acknowledge the lease's end (see `KeptLease`); `word` is that lease's word in this
             // log, which the caller (the producer) keeps alive.
-            let word = unsafe { &*h.word };
-            if self.mark_busy(word, h.gen, offset) {
+            let word = unsafe { &*x.word };
+            if self.mark_busy(word, x.gen, offset) {
                 // SAFETY: `offset` is ours (we hold the lease, busy) and unpublished, and lies
                 // in the writer's segment (below `limit`, and not below its base: the holder
                 // took that segment for an offset at or before `next` and only moves forward),
@@ -1765,7 +1773,7 @@ impl<T: Send + Sync + 'static> Log<T> {
                 unsafe {
                     h.slots.write(offset, value);
                     // Release: publishes the slot (I2), right behind the value's store.
-                    h.stamps.get(offset).store(1, Ordering::Release);
+                    x.stamps.get(offset).store(1, Ordering::Release);
                 }
                 mark_not_busy(word, offset + 1);
                 let s = self.look_after_publish(true);
@@ -1779,7 +1787,7 @@ impl<T: Send + Sync + 'static> Log<T> {
             // for that), as in `lease_lost`. The writer's own path finds the end, and
             // acknowledges it, at its busy mark.
             mark_not_busy(word, offset);
-            h.clear();
+            h.limit = 0;
         }
         Err(value)
     }
@@ -1795,15 +1803,16 @@ impl<T: Send + Sync + 'static> Log<T> {
     pub(crate) fn publish_plain_multi_kept(
         &self,
         w: &mut Writer<T>,
-        h: &mut KeptLease<T>,
+        h: &mut Kept<T>,
+        x: &mut KeptLease,
         value: T,
     ) -> Result<u64, PublishError<T>> {
-        match self.publish_kept_lease(h, value) {
+        match self.publish_kept_lease(h, x, value) {
             Ok(offset) => Ok(offset),
             Err(value) => {
-                h.clear();
+                h.limit = 0;
                 let published = self.publish_plain_multi(w, value, None);
-                self.take_kept_lease(w, h);
+                self.take_kept_lease(w, h, x);
                 published
             }
         }
@@ -1817,25 +1826,27 @@ impl<T: Send + Sync + 'static> Log<T> {
     ///
     /// [`Producer`]: crate::Producer
     #[inline(always)]
-    pub(crate) fn take_kept_lease(&self, w: &Writer<T>, h: &mut KeptLease<T>) {
+    pub(crate) fn take_kept_lease(&self, w: &Writer<T>, h: &mut Kept<T>, x: &mut KeptLease) {
         debug_assert!(self.path == Path::PlainMulti);
         let (Some(gen), Some(seg)) = (w.lease, w.seg.as_deref()) else {
-            h.clear();
+            h.limit = 0;
             return;
         };
         let next = self.lease_next(gen);
         match seg.stamp_base() {
             Some(stamps) if seg.slot_of(next).is_some() => {
-                *h = KeptLease {
-                    gen,
-                    word: self.lease_of(gen),
+                *h = Kept {
                     next,
                     limit: seg.base() + seg.len() as u64,
                     slots: seg.slot_base(),
+                };
+                *x = KeptLease {
+                    gen,
+                    word: self.lease_of(gen),
                     stamps,
-                }
+                };
             }
-            _ => h.clear(),
+            _ => h.limit = 0,
         }
     }
 
@@ -3255,60 +3266,49 @@ impl<T> Kept<T> {
             slots: SlotBase::unset(),
         }
     }
+
+    /// Whether the next publish may take the short path.
+    #[cfg(test)]
+    pub(crate) fn is_kept(&self) -> bool {
+        self.next < self.limit
+    }
 }
 
-/// The lease holder's short-path state, by value (see [`Log::take_kept_lease`]): what
-/// [`Log::publish_kept_lease`] reads and writes, so that a [`Producer`] of a many-producer topic
-/// that publishes alone can hold its place in its own memory, as [`Kept`] does for a single
-/// producer, rather than reach the writer, its lease and its segment through pointers that every
-/// publish reloads.
+/// The lease's part of a lease holder's short-path state, by value (see
+/// [`Log::take_kept_lease`]): with the [`Kept`] beside it (the next offset, the segment's end and
+/// values), what [`Log::publish_kept_lease`] reads and writes, so that a [`Producer`] of a
+/// many-producer topic that publishes alone can hold its place in its own memory, as a single
+/// producer does with its `Kept` alone, rather than reach the writer, its lease and its segment
+/// through pointers that every publish reloads. The producer holds both in its `Fast`, and the
+/// `Kept` is the single producer's one: a producer takes one path or the other, and sharing the
+/// three words is what let the caller's loop keep either path's state in registers (see
+/// `Producer::fast`).
 ///
 /// A cache of the writer's state, not a second owner of it: the lease's word still holds the
 /// holder's next offset after every publish, so the writer's own paths go on from there with
-/// nothing handed back. Cleared (`limit` 0: no short path) before anything else uses the
-/// writer, and taken again after the writer's own publish path; cleared too whenever the writer
-/// holds no lease. So it never stores to a lease's word once the writer has acknowledged that
-/// lease's end (`lease_stale`), after which the word may be another holder's.
+/// nothing handed back. Cleared (the `Kept`'s `limit` 0: no short path) before anything else uses
+/// the writer, and taken again after the writer's own publish path; cleared too whenever the
+/// writer holds no lease. So it never stores to a lease's word once the writer has acknowledged
+/// that lease's end (`lease_stale`), after which the word may be another holder's.
 ///
 /// [`Producer`]: crate::Producer
-pub(crate) struct KeptLease<T> {
+pub(crate) struct KeptLease {
     /// The generation of the lease the writer holds.
     gen: u64,
     /// That lease's word (`Log::lease_of(gen)`), in the log the producer keeps alive.
     word: *const AtomicU64,
-    /// The holder's next offset: what the word says, without the load.
-    next: u64,
-    /// The end of the writer's segment: offsets below it (and from `next` on) are its slots.
-    limit: u64,
-    /// The segment's values by offset.
-    slots: SlotBase<T>,
     /// The segment's stamps by offset.
     stamps: StampBase,
 }
 
-impl<T> KeptLease<T> {
-    /// A state that takes no short path (every publish hands its value back).
+impl KeptLease {
+    /// No lease (only ever beside a cleared [`Kept`]).
     pub(crate) const fn none() -> Self {
         KeptLease {
             gen: 0,
             word: std::ptr::null(),
-            next: 0,
-            limit: 0,
-            slots: SlotBase::unset(),
             stamps: StampBase::unset(),
         }
-    }
-
-    /// Takes no short path until taken again (see [`Log::take_kept_lease`]).
-    #[inline(always)]
-    pub(crate) fn clear(&mut self) {
-        self.limit = 0;
-    }
-
-    /// Whether the next publish may take the short path (a lease kept, room in its segment).
-    #[cfg(test)]
-    pub(crate) fn is_kept(&self) -> bool {
-        self.next < self.limit
     }
 }
 
@@ -3753,26 +3753,50 @@ mod tests {
         assert!(!leased(&log));
     }
 
+    /// A many-producer `Producer`'s kept lease: a `Kept` and a `KeptLease`, as its `Fast` holds
+    /// them.
+    struct Held {
+        core: Kept<u64>,
+        words: KeptLease,
+    }
+
+    impl Held {
+        fn none() -> Self {
+            Held {
+                core: Kept::none(),
+                words: KeptLease::none(),
+            }
+        }
+
+        fn is_kept(&self) -> bool {
+            self.core.is_kept()
+        }
+    }
+
     /// Publishes `value` as a many-producer `Producer` does ([`Log::publish_plain_multi_kept`]).
     /// Says whether the kept state could take it.
     fn publish_as_producer(
         log: &Log<u64>,
         w: &mut Writer<u64>,
-        h: &mut KeptLease<u64>,
+        h: &mut Held,
         value: u64,
     ) -> (u64, bool) {
         let kept = h.is_kept();
-        (log.publish_plain_multi_kept(w, h, value).unwrap(), kept)
+        (
+            log.publish_plain_multi_kept(w, &mut h.core, &mut h.words, value)
+                .unwrap(),
+            kept,
+        )
     }
 
     #[test]
     fn a_kept_lease_publishes_as_its_writer_would_and_the_writer_goes_on_from_it() {
         let (log, mut r, mut w, n) = leased_log(3);
         assert_eq!(log.path, Path::PlainMulti, "the path the kept lease is for");
-        let mut h = KeptLease::none();
-        log.take_kept_lease(&w, &mut h);
+        let mut h = Held::none();
+        log.take_kept_lease(&w, &mut h.core, &mut h.words);
         assert!(
-            h.limit > h.next,
+            h.core.limit > h.core.next,
             "a held lease in a segment with room: kept"
         );
         // Across segment ends (64 slots): the writer's path switches, the kept state goes on.
@@ -3795,7 +3819,7 @@ mod tests {
             log.publish_batch(&mut w, &mut batch, &[]).unwrap(),
             end..end + 2
         );
-        log.take_kept_lease(&w, &mut h);
+        log.take_kept_lease(&w, &mut h.core, &mut h.words);
         assert_eq!(
             publish_as_producer(&log, &mut w, &mut h, end + 2),
             (end + 2, true)
@@ -3811,8 +3835,8 @@ mod tests {
     #[test]
     fn a_kept_lease_ended_by_another_publisher_hands_back_not_busy_and_no_offset_is_lost() {
         let (log, mut r, mut holder, n) = leased_log(3);
-        let mut h = KeptLease::none();
-        log.take_kept_lease(&holder, &mut h);
+        let mut h = Held::none();
+        log.take_kept_lease(&holder, &mut h.core, &mut h.words);
         let gen = holder.lease.unwrap();
         assert_eq!(
             publish_as_producer(&log, &mut holder, &mut h, n + 3),
@@ -3827,23 +3851,23 @@ mod tests {
         assert!(!leased(&log), "ended");
         // The kept state finds out, leaves its word as it found it (not busy), and hands the
         // value back; nothing is published for it.
-        assert_eq!(log.publish_kept_lease(&mut h, 7), Err(7));
+        assert_eq!(log.publish_kept_lease(&mut h.core, &h.words, 7), Err(7));
         assert_eq!(
             log.lease_of(gen).load(Ordering::Relaxed),
             (n + 4) << 1,
             "not busy, at the holder's next offset"
         );
         assert_eq!(log.end(), n + 5);
-        assert!(h.limit == 0, "no short path until taken again");
+        assert!(h.core.limit == 0, "no short path until taken again");
         // The writer's path acknowledges the end and reserves as any other.
-        h.clear();
+        h.core = Kept::none();
         assert_eq!(
             log.publish_plain_multi(&mut holder, 7, None).unwrap(),
             n + 5
         );
-        log.take_kept_lease(&holder, &mut h);
+        log.take_kept_lease(&holder, &mut h.core, &mut h.words);
         assert!(
-            holder.lease.is_none() && h.limit == 0,
+            holder.lease.is_none() && h.core.limit == 0,
             "no lease, nothing kept"
         );
         assert_eq!(log.lease_stale.load(Ordering::Relaxed), 0, "acknowledged");
@@ -3860,11 +3884,11 @@ mod tests {
     #[test]
     fn a_kept_lease_publishes_nothing_after_a_close() {
         let (log, mut r, mut w, n) = leased_log(1);
-        let mut h = KeptLease::none();
-        log.take_kept_lease(&w, &mut h);
-        assert!(h.limit > h.next, "kept");
+        let mut h = Held::none();
+        log.take_kept_lease(&w, &mut h.core, &mut h.words);
+        assert!(h.core.limit > h.core.next, "kept");
         log.close();
-        assert_eq!(log.publish_kept_lease(&mut h, 5), Err(5));
+        assert_eq!(log.publish_kept_lease(&mut h.core, &h.words, 5), Err(5));
         assert!(matches!(
             log.publish_plain_multi(&mut w, 5, None),
             Err(PublishError::Closed(5))
