@@ -614,8 +614,8 @@ impl<T: Send + Sync + 'static> Producer<T> {
     fn new(inner: Inner<T>, direct: Option<Path>) -> Self {
         let mut inner = Box::new(inner);
         let plain_single = direct == Some(Path::PlainSingle);
-        // A many-producer topic's `kept` starts cleared: a writer just claimed holds no lease. Its first publish
-        // through the writer's path takes it, once there is one.
+        // A many-producer topic's `kept` starts cleared: a writer just claimed holds no lease.
+        // Its first publish through the writer's path takes it, once there is one.
         let (log, w) = &mut *inner.first;
         let kept = if plain_single {
             log.take_kept(w)
