@@ -1744,9 +1744,9 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// figures). It fetches no lines ahead,
     /// as the single producer's kept path does not: with no `fetch_add`, no instruction here
     /// waits for the store buffer to drain (`Segment::prefetch_slot_ahead` says why that made
-    /// the stamps' prefetch matter there). Not measured with it. Alternating harness
-    /// binaries on the 2-vCPU EPYC guest (6 rounds of 3 runs, ring-like many-producer topic, one
-    /// producer): tput 1→1 ×1.19 (1.16–1.86), 1→2 ×1.13 (1.11–1.17), 1→4 ×1.04; with two
+    /// the stamps' prefetch matter there). Not measured with it. Stop 58's kept state, behind
+    /// `inner`, against the writer's path, alternating harness binaries on the 2-vCPU EPYC
+    /// guest (6 rounds of 3 runs, ring-like many-producer topic, one producer): tput 1→1 ×1.19 (1.16–1.86), 1→2 ×1.13 (1.11–1.17), 1→4 ×1.04; with two
     /// producers sharing a core (2→2) ×0.95 (0.94–0.97): its readers then caught up and took
     /// turns through `sched_yield` for a third of their core. The single-producer rows alike
     /// (×0.96–1.02).
@@ -1760,17 +1760,19 @@ impl<T: Send + Sync + 'static> Log<T> {
         let offset = h.next;
         // `room_cached` is also the close check, as in `publish_short`.
         if offset < h.limit && self.room_cached(offset) {
-            // SAFETY: `limit` is non-zero only in a state taken from a writer that held the
-            // lease of generation `gen` (`take_kept_lease`) and cleared before that writer could
-            // acknowledge the lease's end (see `KeptLease`); `word` is that lease's word in this
-            // log, which the caller (the producer) keeps alive.
+            // SAFETY: `h.limit` is non-zero only where `take_kept_lease` set `h` and `x` together
+            // from a writer that held the lease of generation `x.gen` (a many-producer
+            // producer's `Kept` is never taken by `take_kept`), and `h` is cleared before that
+            // writer could acknowledge the lease's end (see `KeptLease`); `x.word` is that
+            // lease's word in this log, which the caller (the producer) keeps alive.
             let word = unsafe { &*x.word };
             if self.mark_busy(word, x.gen, offset) {
                 // SAFETY: `offset` is ours (we hold the lease, busy) and unpublished, and lies
                 // in the writer's segment (below `limit`, and not below its base: the holder
                 // took that segment for an offset at or before `next` and only moves forward),
-                // alive while the writer holds its counted reference. `slots` and `stamps` were
-                // made from that segment, which has a stamp a slot (a many-producer log's).
+                // alive while the writer holds its counted reference. `h.slots` and `x.stamps`
+                // were made from that segment, together, which has a stamp a slot (a
+                // many-producer log's).
                 unsafe {
                     h.slots.write(offset, value);
                     // Release: publishes the slot (I2), right behind the value's store.
@@ -1793,8 +1795,8 @@ impl<T: Send + Sync + 'static> Log<T> {
         Err(value)
     }
 
-    /// [`Log::publish_plain_multi`] for a writer whose lease `h` keeps (a `Producer`'s): from
-    /// the kept lease where it can, else through the writer's own path (a reservation by
+    /// [`Log::publish_plain_multi`] for a writer whose lease `h` and `x` keep (a `Producer`'s):
+    /// from the kept lease where it can, else through the writer's own path (a reservation by
     /// `fetch_add`, a segment's end, the lease's start or end), after which the lease is taken
     /// again. Cleared before the writer's path, as `Producer::on_inner` clears `kept`: that path
     /// may unwind after it moved the writer on. All inline, as before the kept lease: the
@@ -1820,8 +1822,9 @@ impl<T: Send + Sync + 'static> Log<T> {
     }
 
     /// The lease holder's short-path state, to be kept by value in a [`Producer`] (see
-    /// [`KeptLease`]): `w`'s lease, its next offset and its segment; a state that takes no short
-    /// path if `w` holds no lease or no segment with that offset in it.
+    /// [`KeptLease`]): `w`'s next offset and segment into `h`, its lease and the segment's
+    /// stamps into `x`; `h` cleared (no short path) if `w` holds no lease or no segment with
+    /// that offset in it.
     ///
     /// Only for a [`Path::PlainMulti`] log's writer (see [`Log::publish_kept_lease`]).
     ///
@@ -3238,7 +3241,9 @@ pub(crate) struct Writer<T> {
 /// A single writer's short-path state, by value (see [`Log::take_kept`]): what
 /// [`Log::publish_kept`] reads and writes, so that a [`Producer`] can hold it in its own memory,
 /// which the compiler may keep in registers across the caller's loop, rather than behind a
-/// pointer that every publish reloads.
+/// pointer that every publish reloads. A lease holder's kept state uses the same three words,
+/// beside a [`KeptLease`] taken with them ([`Log::take_kept_lease`]): a producer's one `Kept`
+/// serves whichever of the two paths its topic takes.
 ///
 /// [`Producer`]: crate::Producer
 pub(crate) struct Kept<T> {
