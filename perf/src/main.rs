@@ -1371,8 +1371,8 @@ impl Report {
         self.md.push('\n');
     }
 
-    /// One contender's row: the median, least and greatest of its runs `v`, and `ratio` of the
-    /// median in the last column; "n/a" where it did not run.
+    /// One contender's row: the median, least and greatest of its runs `v`, and what `ratio`
+    /// makes of the median in the last column (or columns); "n/a" where it did not run.
     fn row(&mut self, name: &str, v: &[f64], ratio: impl FnOnce(f64) -> String) {
         if v.is_empty() {
             return self.line(&format!("| {name} | n/a | | | |"));
@@ -1387,7 +1387,9 @@ impl Report {
         ));
     }
 
-    /// A table of one figure per contender (median, min, max over runs), higher or lower better.
+    /// A table of one figure per contender (median, min, max over runs), higher or lower better,
+    /// with logbus's rows against the best peer (the peer with the best median) twice: median
+    /// against median, and round by round ([`paired_ratio`]).
     fn table(
         &mut self,
         title: &str,
@@ -1399,43 +1401,72 @@ impl Report {
         self.line(title);
         self.line("");
         self.line(&format!(
-            "| contender | median {unit} | min | max | logbus / best peer |"
+            "| contender | median {unit} | min | max | logbus / best peer | round by round |"
         ));
-        self.line("|---|---:|---:|---:|---:|");
+        self.line("|---|---:|---:|---:|---:|---:|");
         let med: Vec<Option<f64>> = rows
             .iter()
             .map(|(_, _, v)| (!v.is_empty()).then(|| median(&mut v.clone())))
             .collect();
-        let peers = rows
+        let better = |a: f64, b: f64| if higher_is_better { a > b } else { a < b };
+        let best = rows
             .iter()
             .zip(&med)
-            .filter(|((_, ours, _), m)| !ours && m.is_some());
-        let best_peer = if higher_is_better {
-            peers.map(|(_, m)| m.unwrap()).fold(f64::NAN, f64::max)
-        } else {
-            peers.map(|(_, m)| m.unwrap()).fold(f64::NAN, f64::min)
-        };
+            .filter_map(|((_, ours, v), m)| m.filter(|_| !ours).map(|m| (m, v)))
+            .fold(None, |best: Option<(f64, &Vec<f64>)>, (m, v)| match best {
+                Some((b, _)) if !better(m, b) => best,
+                _ => Some((m, v)),
+            });
+        let best_peer = best.map_or(f64::NAN, |(m, _)| m);
         for (name, ours, v) in rows {
+            let paired = best
+                .filter(|_| *ours)
+                .and_then(|(_, peer)| paired_ratio(v, peer, higher_is_better));
             self.row(name, v, |m| {
+                let shown = |ratio: f64| {
+                    if ratio.is_nan() {
+                        String::new()
+                    } else if m < 0.005 && best_peer < 0.005 {
+                        // Both below what the table prints (0.00): a ratio of noise, say so.
+                        "both 0.00".to_owned()
+                    } else {
+                        format!("{ratio:.2}×")
+                    }
+                };
                 let ratio = match (*ours, higher_is_better) {
                     (false, _) => f64::NAN,
                     (true, true) => m / best_peer,
                     (true, false) => best_peer / m,
                 };
-                if ratio.is_nan() {
-                    String::new()
-                } else if m < 0.005 && best_peer < 0.005 {
-                    // Both below what the table prints (0.00): a ratio of noise, say so.
-                    "both 0.00".to_owned()
-                } else {
-                    format!("{ratio:.2}×")
-                }
+                format!("{} | {}", shown(ratio), shown(paired.unwrap_or(f64::NAN)))
             });
         }
         if !higher_is_better {
-            self.line("\n(lower is better here, so the ratio is best peer / logbus: above 1 means logbus is better)");
+            self.line("\n(lower is better here, so the ratios are best peer / logbus: above 1 means logbus is better)");
         }
     }
+}
+
+/// The median over a table's rounds of `ours`'s figure against `peer`'s in the same round
+/// (`ours / peer`, or `peer / ours` where lower is better, so that above 1 is logbus ahead);
+/// `None` unless both ran in every round (index `i` of each is round `i`).
+///
+/// A round runs every contender once, one right after another, so each ratio pairs two runs
+/// seconds apart. The VM this harness grew up on changes phase every few minutes (its one-way
+/// floor 20–30 ns or 150–200 ns), and a table of five rounds takes minutes: its medians can put
+/// one contender's slow-phase runs against another's fast-phase ones, which the pairs do not.
+fn paired_ratio(ours: &[f64], peer: &[f64], higher_is_better: bool) -> Option<f64> {
+    if ours.is_empty() || ours.len() != peer.len() {
+        return None;
+    }
+    let mut ratios: Vec<f64> = ours
+        .iter()
+        .zip(peer)
+        .map(|(&a, &b)| if higher_is_better { a / b } else { b / a })
+        .collect();
+    // `median` sorts with `partial_cmp`: a round of 0 / 0 (both below any figure) says nothing.
+    ratios.retain(|r| !r.is_nan());
+    (!ratios.is_empty()).then(|| median(&mut ratios))
 }
 
 fn main() {
@@ -2011,6 +2042,54 @@ mod tests {
     fn the_order_check_fails_on_a_message_from_no_producer() {
         let mut sink = order_sink(2, 10, Arc::new(Mutex::new(Vec::new())));
         sink(tagged(3, 0));
+    }
+
+    #[test]
+    fn round_by_round_pairs_each_round_with_the_same_round() {
+        // Higher is better: rounds 2 / 4 / 6 against 1 / 4 / 2 are 2×, 1×, 3×.
+        assert_eq!(
+            paired_ratio(&[2.0, 4.0, 6.0], &[1.0, 4.0, 2.0], true),
+            Some(2.0)
+        );
+        // Lower is better: the peer's figure over ours, so above 1 is still logbus ahead.
+        assert_eq!(
+            paired_ratio(&[100.0, 200.0, 50.0], &[200.0, 200.0, 200.0], false),
+            Some(2.0)
+        );
+        // Only where both ran in every round.
+        assert_eq!(paired_ratio(&[1.0, 2.0], &[1.0], true), None);
+        assert_eq!(paired_ratio(&[], &[], true), None);
+        // A round where both show nothing (0 / 0) is left out, not a panic in the sort.
+        assert_eq!(paired_ratio(&[0.0, 3.0], &[0.0, 1.0], true), Some(3.0));
+    }
+
+    #[test]
+    fn a_table_gives_the_median_ratio_and_the_round_by_round_one() {
+        let mut r = Report {
+            md: String::new(),
+            svg_series: Vec::new(),
+        };
+        // The VM in its slow phase for our first three rounds and the peers' last three: median
+        // against median says 0.20×, the same rounds say 2×.
+        let rows = vec![
+            ("logbus a", true, vec![1.0, 1.0, 1.0, 10.0, 10.0]),
+            ("peer slow", false, vec![0.5, 0.5, 0.5, 0.5, 0.5]),
+            ("peer best", false, vec![0.5, 0.5, 5.0, 5.0, 5.0]),
+            ("peer absent", false, Vec::new()),
+        ];
+        r.table("## t", "Mmsg/s", &rows, true);
+        let lines: Vec<&str> = r.md.lines().collect();
+        assert!(
+            lines.contains(&"| logbus a | 1.00 | 1.00 | 10.00 | 0.20× | 2.00× |"),
+            "{}",
+            r.md
+        );
+        assert!(
+            lines.contains(&"| peer best | 5.00 | 0.50 | 5.00 |  |  |"),
+            "{}",
+            r.md
+        );
+        assert!(lines.contains(&"| peer absent | n/a | | | |"), "{}", r.md);
     }
 
     #[test]
