@@ -1445,6 +1445,34 @@ impl Report {
             self.line("\n(lower is better here, so the ratios are best peer / logbus: above 1 means logbus is better)");
         }
     }
+
+    /// After a p50 table: logbus's p50s as multiples of the one-way floor, the median of the
+    /// probes taken around the table's runs (`floors`), which #5 asks the 1→1 p50 to be given
+    /// as. Nothing where no logbus row ran or no probe was kept.
+    fn floor_multiples(&mut self, rows: &[(&'static str, bool, Vec<f64>)], floors: &[Duration]) {
+        let mut probes = floors.to_vec();
+        probes.sort();
+        let Some(&floor) = probes.get(probes.len() / 2).filter(|f| !f.is_zero()) else {
+            return;
+        };
+        let ours: Vec<String> = rows
+            .iter()
+            .filter(|(_, ours, v)| *ours && !v.is_empty())
+            .map(|(name, _, v)| {
+                let p50 = median(&mut v.clone());
+                format!("{name} {:.1}×", p50 / floor.as_nanos() as f64)
+            })
+            .collect();
+        if ours.is_empty() {
+            return;
+        }
+        self.line(&format!(
+            "
+p50 as a multiple of the one-way floor ({floor:?}, the median of this table's {} probes): {}",
+            probes.len(),
+            ours.join(", ")
+        ));
+    }
 }
 
 /// The median over a table's rounds of `ours`'s figure against `peer`'s in the same round
@@ -1692,6 +1720,9 @@ fn main() {
                     &table,
                     false,
                 );
+                if *label == "p50" {
+                    r.floor_multiples(&table, &kept.floors);
+                }
             }
             if scenario == "lat" {
                 for (name, _, v) in rows.iter().filter(|(_, _, v)| !v.is_empty()) {
@@ -2090,6 +2121,34 @@ mod tests {
             r.md
         );
         assert!(lines.contains(&"| peer absent | n/a | | | |"), "{}", r.md);
+    }
+
+    #[test]
+    fn a_p50_table_gives_logbus_rows_as_multiples_of_the_floor() {
+        let mut r = Report {
+            md: String::new(),
+            svg_series: Vec::new(),
+        };
+        let rows = vec![
+            ("logbus a", true, vec![100.0, 120.0, 110.0]),
+            ("logbus absent", true, Vec::new()),
+            ("peer", false, vec![50.0, 50.0, 50.0]),
+        ];
+        // Probes 20, 22 and 30 ns: the median is 22, and logbus a's p50 110 ns is 5.0 of it.
+        let floors = [20, 30, 22].map(Duration::from_nanos);
+        r.floor_multiples(&rows, &floors);
+        assert_eq!(
+            r.md.trim(),
+            "p50 as a multiple of the one-way floor (22ns, the median of this table's 3 probes): logbus a 5.0×"
+        );
+        // No logbus row, or no probe: no line.
+        let mut quiet = Report {
+            md: String::new(),
+            svg_series: Vec::new(),
+        };
+        quiet.floor_multiples(&rows[2..], &floors);
+        quiet.floor_multiples(&rows, &[]);
+        assert!(quiet.md.is_empty(), "{}", quiet.md);
     }
 
     #[test]
