@@ -289,6 +289,15 @@ impl Kept {
         }
     }
 
+    /// The one-way floor around the run [`Kept::run`] kept last: the mean of its probes before
+    /// and after it.
+    fn last_floor(&self) -> Duration {
+        match self.floors[..] {
+            [.., before, after] => (before + after) / 2,
+            _ => Duration::ZERO,
+        }
+    }
+
     /// The range of the probes, as a table's title prints it.
     fn floor(&self) -> String {
         floor_range(&self.floors)
@@ -1359,6 +1368,10 @@ macro_rules! each_bus {
     }};
 }
 
+/// A table's row before it is printed: the contender's name, whether it is logbus, and what
+/// each of its runs gave.
+type Row<T> = (&'static str, bool, Vec<T>);
+
 struct Report {
     md: String,
     svg_series: Vec<(String, Vec<f64>)>,
@@ -1446,32 +1459,31 @@ impl Report {
         }
     }
 
-    /// After a p50 table: logbus's p50s as multiples of the one-way floor, the median of the
-    /// probes taken around the table's runs (`floors`), which #5 asks the 1→1 p50 to be given
-    /// as. Nothing where no logbus row ran or no probe was kept.
-    fn floor_multiples(&mut self, rows: &[(&'static str, bool, Vec<f64>)], floors: &[Duration]) {
-        let mut probes = floors.to_vec();
-        probes.sort();
-        let Some(&floor) = probes.get(probes.len() / 2).filter(|f| !f.is_zero()) else {
-            return;
-        };
+    /// After a p50 table: logbus's p50s as multiples of the one-way floor, which #5 asks the 1→1
+    /// p50 to be given as. Each row's `runs` are its runs' (p50, floor) in nanoseconds, the floor
+    /// probed around that run ([`Kept::last_floor`]); the multiple is the median over the runs
+    /// of each run's p50 over its own floor, since a table's runs can fall in different phases of
+    /// the VM, whose floors differ sevenfold. Nothing where no logbus row ran.
+    fn floor_multiples(&mut self, rows: &[Row<(f64, f64)>]) {
         let ours: Vec<String> = rows
             .iter()
-            .filter(|(_, ours, v)| *ours && !v.is_empty())
-            .map(|(name, _, v)| {
-                let p50 = median(&mut v.clone());
-                format!("{name} {:.1}×", p50 / floor.as_nanos() as f64)
+            .filter(|(_, ours, _)| *ours)
+            .filter_map(|(name, _, runs)| {
+                let mut multiples: Vec<f64> = runs
+                    .iter()
+                    .filter(|(_, floor)| *floor > 0.0)
+                    .map(|(p50, floor)| p50 / floor)
+                    .collect();
+                (!multiples.is_empty()).then(|| format!("{name} {:.1}×", median(&mut multiples)))
             })
             .collect();
-        if ours.is_empty() {
-            return;
+        if !ours.is_empty() {
+            self.line(&format!(
+                "
+p50 as a multiple of the one-way floor (each run's p50 over the floor probed around it, the median over the runs): {}",
+                ours.join(", ")
+            ));
         }
-        self.line(&format!(
-            "
-p50 as a multiple of the one-way floor ({floor:?}, the median of this table's {} probes): {}",
-            probes.len(),
-            ours.join(", ")
-        ));
     }
 }
 
@@ -1678,7 +1690,7 @@ fn main() {
             } else {
                 String::new()
             };
-            let mut rows: Vec<(&'static str, bool, Vec<[f64; 5]>)> = Vec::new();
+            let mut rows: Vec<(&'static str, bool, Vec<[f64; 6]>)> = Vec::new();
             for run in 0..o.runs {
                 macro_rules! go {
                     ($bus:expr, $ours:expr) => {{
@@ -1692,7 +1704,8 @@ fn main() {
                                 })
                             });
                             let q = [0.5, 0.9, 0.99, 0.999].map(|q| h.value_at_quantile(q) as f64);
-                            [q[0], q[1], q[2], q[3], h.max() as f64]
+                            let floor = kept.last_floor().as_nanos() as f64;
+                            [q[0], q[1], q[2], q[3], h.max() as f64, floor]
                         });
                         (bus.name(), $ours, v)
                     }};
@@ -1721,7 +1734,11 @@ fn main() {
                     false,
                 );
                 if *label == "p50" {
-                    r.floor_multiples(&table, &kept.floors);
+                    let runs: Vec<Row<(f64, f64)>> = rows
+                        .iter()
+                        .map(|(n, o, v)| (*n, *o, v.iter().map(|x| (x[0], x[5])).collect()))
+                        .collect();
+                    r.floor_multiples(&runs);
                 }
             }
             if scenario == "lat" {
@@ -2124,31 +2141,45 @@ mod tests {
     }
 
     #[test]
-    fn a_p50_table_gives_logbus_rows_as_multiples_of_the_floor() {
+    fn a_p50_table_gives_logbus_rows_as_multiples_of_each_runs_floor() {
         let mut r = Report {
             md: String::new(),
             svg_series: Vec::new(),
         };
+        // Runs in both phases of the VM: 110 ns over a floor of 22 (5×), 800 over 160 (5×),
+        // 120 over 20 (6×). The table's medians (120 ns, a 22 ns floor) would say 5.5×, and
+        // over a slow-phase floor less than 1×.
         let rows = vec![
-            ("logbus a", true, vec![100.0, 120.0, 110.0]),
-            ("logbus absent", true, Vec::new()),
-            ("peer", false, vec![50.0, 50.0, 50.0]),
+            (
+                "logbus a",
+                true,
+                vec![(110.0, 22.0), (800.0, 160.0), (120.0, 20.0)],
+            ),
+            ("logbus not probed", true, vec![(100.0, 0.0)]),
+            ("peer", false, vec![(50.0, 25.0)]),
         ];
-        // Probes 20, 22 and 30 ns: the median is 22, and logbus a's p50 110 ns is 5.0 of it.
-        let floors = [20, 30, 22].map(Duration::from_nanos);
-        r.floor_multiples(&rows, &floors);
+        r.floor_multiples(&rows);
         assert_eq!(
             r.md.trim(),
-            "p50 as a multiple of the one-way floor (22ns, the median of this table's 3 probes): logbus a 5.0×"
+            "p50 as a multiple of the one-way floor (each run's p50 over the floor probed around it, the median over the runs): logbus a 5.0×"
         );
-        // No logbus row, or no probe: no line.
+        // No logbus row: no line.
         let mut quiet = Report {
             md: String::new(),
             svg_series: Vec::new(),
         };
-        quiet.floor_multiples(&rows[2..], &floors);
-        quiet.floor_multiples(&rows, &[]);
+        quiet.floor_multiples(&rows[2..]);
         assert!(quiet.md.is_empty(), "{}", quiet.md);
+    }
+
+    #[test]
+    fn the_last_floor_is_the_mean_of_the_last_runs_two_probes() {
+        let mut kept = Kept::new(Duration::ZERO, 0, Duration::from_nanos(150));
+        // Only the table's first probe: no run kept yet.
+        assert_eq!(kept.last_floor(), Duration::ZERO);
+        kept.floors
+            .extend([20, 30, 160, 200].map(Duration::from_nanos));
+        assert_eq!(kept.last_floor(), Duration::from_nanos(180));
     }
 
     #[test]
