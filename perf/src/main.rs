@@ -1372,6 +1372,7 @@ macro_rules! each_bus {
 /// each of its runs gave.
 type Row<T> = (&'static str, bool, Vec<T>);
 
+#[derive(Default)]
 struct Report {
     md: String,
     svg_series: Vec<(String, Vec<f64>)>,
@@ -1583,10 +1584,7 @@ fn main() {
     }
     let pins = Pins::new();
     let want = |s: &str| o.what == "all" || o.what == s;
-    let mut r = Report {
-        md: String::new(),
-        svg_series: Vec::new(),
-    };
+    let mut r = Report::default();
     r.line("# logbus perf: side by side");
     r.line(&format!(
         "\nmachine: {} cores ({}); {} records per throughput run; {} latency samples (lat-slow {}); median of {} run(s)",
@@ -2113,10 +2111,7 @@ mod tests {
 
     #[test]
     fn a_table_gives_the_median_ratio_and_the_round_by_round_one() {
-        let mut r = Report {
-            md: String::new(),
-            svg_series: Vec::new(),
-        };
+        let mut r = Report::default();
         // The VM in its slow phase for our first three rounds and the peers' last three: median
         // against median says 0.20×, the same rounds say 2×.
         let rows = vec![
@@ -2142,10 +2137,7 @@ mod tests {
 
     #[test]
     fn a_p50_table_gives_logbus_rows_as_multiples_of_each_runs_floor() {
-        let mut r = Report {
-            md: String::new(),
-            svg_series: Vec::new(),
-        };
+        let mut r = Report::default();
         // Runs in both phases of the VM: 110 ns over a floor of 22 (5×), 800 over 160 (5×),
         // 120 over 20 (6×). The table's medians (120 ns, a 22 ns floor) would say 5.5×, and
         // over a slow-phase floor less than 1×.
@@ -2164,10 +2156,7 @@ mod tests {
             "p50 as a multiple of the one-way floor (each run's p50 over the floor probed around it, the median over the runs): logbus a 5.0×"
         );
         // No logbus row: no line.
-        let mut quiet = Report {
-            md: String::new(),
-            svg_series: Vec::new(),
-        };
+        let mut quiet = Report::default();
         quiet.floor_multiples(&rows[2..]);
         assert!(quiet.md.is_empty(), "{}", quiet.md);
     }
