@@ -1404,13 +1404,7 @@ impl Report {
     /// A table of one figure per contender (median, min, max over runs), higher or lower better,
     /// with logbus's rows against the best peer (the peer with the best median) twice: median
     /// against median, and round by round ([`paired_ratio`]).
-    fn table(
-        &mut self,
-        title: &str,
-        unit: &str,
-        rows: &[(&'static str, bool, Vec<f64>)],
-        higher_is_better: bool,
-    ) {
+    fn table(&mut self, title: &str, unit: &str, rows: &[Row<f64>], higher_is_better: bool) {
         self.line("");
         self.line(title);
         self.line("");
@@ -1623,7 +1617,7 @@ fn main() {
                 continue;
             }
             let mut kept = Kept::new(run_wait, max_redos, floor_now(&pins));
-            let mut rows: Vec<(&'static str, bool, Vec<f64>)> = Vec::new();
+            let mut rows: Vec<Row<f64>> = Vec::new();
             for run in 0..o.runs {
                 macro_rules! go {
                     ($bus:expr, $ours:expr) => {{
@@ -1688,7 +1682,8 @@ fn main() {
             } else {
                 String::new()
             };
-            let mut rows: Vec<(&'static str, bool, Vec<[f64; 6]>)> = Vec::new();
+            // Each run: p50, p90, p99, p99.9 and max (ns), then the floor probed around it.
+            let mut rows: Vec<Row<[f64; 6]>> = Vec::new();
             for run in 0..o.runs {
                 macro_rules! go {
                     ($bus:expr, $ours:expr) => {{
@@ -1717,7 +1712,7 @@ fn main() {
             }
             let labels = ["p50", "p90", "p99", "p99.9", "max"];
             for (q, label) in labels.iter().enumerate() {
-                let table: Vec<(&'static str, bool, Vec<f64>)> = rows
+                let table: Vec<Row<f64>> = rows
                     .iter()
                     .map(|(n, o, v)| (*n, *o, v.iter().map(|x| x[q]).collect()))
                     .collect();
