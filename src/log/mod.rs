@@ -1725,28 +1725,32 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// The lease holder's short path, from its kept state (`h`, the next offset and segment, and
     /// `x`, the lease: see [`KeptLease`]): the lease path of [`Log::publish_short`] (busy mark,
     /// light barrier, generation, slot, stamp, the word again, the look at `state`) on a state
-    /// the caller may keep in registers. Hands `value` back where
-    /// that path would leave the short path (a segment's end, the room last seen, the lease
-    /// ended, no lease kept), for [`Log::publish_plain_multi`].
+    /// the caller may keep in registers. Hands `value` back where that path would leave the short
+    /// path (a segment's end, the room last seen, the lease ended, no lease kept), for
+    /// [`Log::publish_plain_multi`].
     ///
     /// Only for a [`Path::PlainMulti`] log's writer: no timestamps, no byte retention, and the
     /// free light barrier taken for granted.
     ///
     /// The writer's lease path reaches the lease, its word and its segment through the writer
-    /// behind the producer's pointer, computes the word from the generation and the slot from
+    /// behind the producer's pointer, and computes the word from the generation and the slot from
     /// the segment's base: ~47 instructions a record in the saturated loop (stop 56), which is
-    /// bound by the instructions it issues. From the kept state, 30 (the harness's loop, its own 5
-    /// included), with the state behind the producer's `inner` pointer, loaded again at every
-    /// record and the next offset stored back. Since stop 59 the producer keeps it in its own
-    /// `Fast`, sharing the single producer's [`Kept`], and hands it the log from there too: the
-    /// loop keeps the next offset, the segment's end and the log in registers: 26 instructions,
+    /// bound by the instructions it issues. From the kept state behind the producer's `inner`
+    /// pointer, loaded again at every record and the next offset stored back (stop 58): 30, the
+    /// harness's own 5 included. Since stop 59 the producer keeps the state in its own `Fast`,
+    /// sharing the single producer's [`Kept`], and hands it the log from there too, so the loop
+    /// keeps the next offset, the segment's end and the log in registers: 26 instructions,
     /// against 31 for the state behind `inner` built in the same stop (see `Fast::lease` for the
-    /// figures). It fetches no lines ahead,
-    /// as the single producer's kept path does not: with no `fetch_add`, no instruction here
-    /// waits for the store buffer to drain (`Segment::prefetch_slot_ahead` says why that made
-    /// the stamps' prefetch matter there). Not measured with it. Stop 58's kept state, behind
-    /// `inner`, against the writer's path, alternating harness binaries on the 2-vCPU EPYC
-    /// guest (6 rounds of 3 runs, ring-like many-producer topic, one producer): tput 1→1 ×1.19 (1.16–1.86), 1→2 ×1.13 (1.11–1.17), 1→4 ×1.04; with two
+    /// figures).
+    ///
+    /// It fetches no lines ahead, as the single producer's kept path does not: with no
+    /// `fetch_add`, no instruction here waits for the store buffer to drain
+    /// (`Segment::prefetch_slot_ahead` says why that made the stamps' prefetch matter there).
+    /// Not measured with it.
+    ///
+    /// Stop 58's kept state, behind `inner`, against the writer's path, alternating harness
+    /// binaries on the 2-vCPU EPYC guest (6 rounds of 3 runs, ring-like many-producer topic, one
+    /// producer): tput 1→1 ×1.19 (1.16–1.86), 1→2 ×1.13 (1.11–1.17), 1→4 ×1.04; with two
     /// producers sharing a core (2→2) ×0.95 (0.94–0.97): its readers then caught up and took
     /// turns through `sched_yield` for a third of their core. The single-producer rows alike
     /// (×0.96–1.02).
