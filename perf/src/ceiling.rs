@@ -53,7 +53,9 @@ use std::{
 
 use logbus::{Reader, Start, Topic};
 
-use crate::{logbus_ring, order_sink, read_logbus, spawn_each, Bus, Pins, Run, Sink, Tx, CAPACITY};
+use crate::{
+    held, logbus_ring, order_sink, read_logbus, spawn_each, Bus, Pins, Run, Sink, Tx, CAPACITY,
+};
 
 /// A word on a cache line pair of its own (the CPU's adjacent-line prefetcher works on pairs).
 #[repr(align(128))]
@@ -226,9 +228,9 @@ fn pause_after(run: u64) {
 
 /// The reader: takes runs of at most [`MAX_RUN`], marks them read, and when a run reached the
 /// published end spins or pauses.
-fn read_all<const PAUSE: bool, S: Sink>(ring: Arc<Ring>, mut sink: S) {
+fn read_all<const PAUSE: bool, S: Sink>(ring: Arc<Ring>, sink: S) {
     let mut next = 0u64;
-    loop {
+    held(sink, |sink| loop {
         // Acquire: pairs with the producer's Release store; the slots below are written.
         let end = ring.published.0.load(Ordering::Acquire);
         if end == next {
@@ -252,7 +254,7 @@ fn read_all<const PAUSE: bool, S: Sink>(ring: Arc<Ring>, mut sink: S) {
         if PAUSE && stop == end {
             pause_after(run);
         }
-    }
+    })
 }
 
 impl<const LOOP: bool, const PAUSE: bool, const KEEP: bool, const EVERY: u64> Bus

@@ -371,6 +371,29 @@ fn wait_for_fast_state(pins: &Pins, fast: Duration, budget: Duration) -> Duratio
 trait Sink: FnMut(u64) -> bool + Send + 'static {}
 impl<F: FnMut(u64) -> bool + Send + 'static> Sink for F {}
 
+/// Runs a subscriber's loop, `read`, with its sink moved into the loop's own frame, as a user's
+/// loop keeps its state in local variables: every subscriber loop the harness writes runs inside
+/// one. (The Disruptor calls a handler it holds itself, so its sink stays there.)
+///
+/// A sink handed to the loop's function as an argument lives in the caller's memory, which the
+/// caller may still read if the loop panics, and a sink dropped in place hands its address to
+/// an out-of-line call (its `Arc`'s). Either way the compiler must keep the sink's state in
+/// memory, so the order check stored its count back at every message in the loops that inline
+/// their reads (logbus's and the minimal rings', in their machine code). Here the sink is a
+/// local that is never dropped in place: it is moved out to be dropped after the loop (not at
+/// all if the loop panics, which ends the harness anyway).
+///
+/// Stop 61, 2-vCPU EPYC guest, three alternating pairs of `ceiling` runs: the read limit's two
+/// rows ×1.07 and ×1.09 (logbus's loop reads ~3.3 → ~3.6 G messages/s); logbus's batch 1→1
+/// ×0.95, which its producer bounds once the reader keeps up (see `perf/HISTORY.md`).
+#[inline(always)]
+fn held<S: Sink, T>(sink: S, read: impl FnOnce(&mut S) -> T) -> T {
+    let mut sink = std::mem::ManuallyDrop::new(sink);
+    let out = read(&mut sink);
+    drop(std::mem::ManuallyDrop::into_inner(sink));
+    out
+}
+
 /// A sender of one producer. Every `send` is `#[inline(always)]`, so that a run's loop holds each
 /// library's publish inline, as a user's tight loop would (with `#[inline]` alone the compiler kept
 /// some out of line, logbus's among them: one call per message, though on the 2-vCPU Xeon that
@@ -504,8 +527,8 @@ impl Bus for Logbus {
 /// the sink, until the sink has all it expects. Out of line, so that the ceiling scenario's read
 /// limit ([`ceiling::read_limit`]) runs the very machine code the throughput runs do.
 #[inline(never)]
-fn read_logbus<S: Sink>(mut reader: Reader<u64>, mut sink: S) {
-    loop {
+fn read_logbus<S: Sink>(mut reader: Reader<u64>, sink: S) {
+    held(sink, |sink| loop {
         match reader.next_batch(4096) {
             Ok(b) => {
                 for v in b.values() {
@@ -517,7 +540,7 @@ fn read_logbus<S: Sink>(mut reader: Reader<u64>, mut sink: S) {
             Err(ReadError::Lagged(n)) => panic!("lagged by {n}"),
             Err(e) => panic!("{e}"),
         }
-    }
+    })
 }
 
 /// The default topic (unbounded retention, timestamps), one producer.
@@ -757,12 +780,9 @@ impl<C: Channel + 'static> Bus for Channels<C> {
     ) -> (Vec<ChannelTx<C>>, Box<dyn FnOnce()>) {
         let (senders, receivers): (Vec<_>, Vec<_>) =
             (0..subscribers).map(|_| self.1.pair(run.capacity)).unzip();
-        let join = spawn_each(
-            pins,
-            receivers,
-            sink,
-            |mut r, mut sink| while !sink(C::recv(&mut r)) {},
-        );
+        let join = spawn_each(pins, receivers, sink, |mut r, sink| {
+            held(sink, |sink| while !sink(C::recv(&mut r)) {})
+        });
         let txs = (0..producers).map(|_| ChannelTx(senders.clone())).collect();
         (txs, join)
     }
@@ -797,8 +817,10 @@ impl Bus for TokioBroadcast {
         // Sized to hold the whole run, so that no receiver ever lags (it has no back-pressure).
         let (tx, _) = tokio::sync::broadcast::channel::<u64>(run.total.next_power_of_two());
         let receivers = (0..subscribers).map(|_| tx.subscribe()).collect();
-        let join = spawn_each(pins, receivers, sink, |mut rx, mut sink| {
-            while !sink(rx.blocking_recv().expect("sized not to lag")) {}
+        let join = spawn_each(pins, receivers, sink, |mut rx, sink| {
+            held(sink, |sink| {
+                while !sink(rx.blocking_recv().expect("sized not to lag")) {}
+            })
         });
         let txs = (0..producers).map(|_| TokioTx(tx.clone())).collect();
         (txs, join)
@@ -836,14 +858,9 @@ impl Bus for BusCrate {
     ) -> (Vec<BusTx>, Box<dyn FnOnce()>) {
         let mut b = bus::Bus::new(run.capacity);
         let receivers = (0..subscribers).map(|_| b.add_rx()).collect();
-        let join = spawn_each(
-            pins,
-            receivers,
-            sink,
-            |mut rx, mut sink| {
-                while !sink(rx.recv().unwrap()) {}
-            },
-        );
+        let join = spawn_each(pins, receivers, sink, |mut rx, sink| {
+            held(sink, |sink| while !sink(rx.recv().unwrap()) {})
+        });
         (vec![BusTx(b)], join)
     }
 }
@@ -883,14 +900,9 @@ impl Bus for MultiQueue {
     ) -> (Vec<MultiQueueTx>, Box<dyn FnOnce()>) {
         let (tx, rx) = multiqueue2::broadcast_queue::<u64>(run.capacity as u64);
         let streams = (0..subscribers).map(|_| rx.add_stream()).collect();
-        let join = spawn_each(
-            pins,
-            streams,
-            sink,
-            |stream, mut sink| {
-                while !sink(stream.recv().unwrap()) {}
-            },
-        );
+        let join = spawn_each(pins, streams, sink, |stream, sink| {
+            held(sink, |sink| while !sink(stream.recv().unwrap()) {})
+        });
         rx.unsubscribe();
         let txs = (0..producers).map(|_| MultiQueueTx(tx.clone())).collect();
         (txs, join)
@@ -931,9 +943,9 @@ impl Bus for MutexLog {
             pins,
             logs,
             sink,
-            |log: Arc<(Mutex<Vec<u64>>, Condvar)>, mut sink| {
+            |log: Arc<(Mutex<Vec<u64>>, Condvar)>, sink| {
                 let (mut next, mut local) = (0, Vec::new());
-                loop {
+                held(sink, |sink| loop {
                     {
                         let (lock, cond) = &*log;
                         let mut v = lock.lock().unwrap();
@@ -948,7 +960,7 @@ impl Bus for MutexLog {
                             return;
                         }
                     }
-                }
+                })
             },
         );
         let txs = (0..producers).map(|_| MutexLogTx(log.clone())).collect();
