@@ -381,7 +381,9 @@ impl<F: FnMut(u64) -> bool + Send + 'static> Sink for F {}
 /// memory, so the order check stored its count back at every message in the loops that inline
 /// their reads (logbus's and the minimal rings', in their machine code). Here the sink is a
 /// local that is never dropped in place: it is moved out to be dropped after the loop (not at
-/// all if the loop panics, which ends the harness anyway).
+/// all if the loop panics, which ends the harness anyway). It has to be called inside each
+/// loop's own function: `spawn_each` calls the loops through a function pointer, so a frame it
+/// made for the sink would again be a caller's.
 ///
 /// Stop 61, 2-vCPU EPYC guest, three alternating pairs of `ceiling` runs: the read limit's two
 /// rows ×1.07 and ×1.09 (logbus's loop reads ~3.3 → ~3.6 G messages/s); logbus's batch 1→1
