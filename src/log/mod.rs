@@ -2505,11 +2505,11 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// calls `taken`, moves the values at `src..src + n` into their slots (a bitwise read of each,
     /// exactly once), and publishes them. On error it has read none and not called `taken`.
     ///
-    /// Returns the run's first offset; the callers, inlined into theirs, make the range. A
+    /// Returns the run's first offset: its two callers, inlined into theirs, make the range. A
     /// returned `Range` went back through the stack as two 8-byte stores, which the caller read
-    /// as one 16-byte load. A CPU cannot forward two stores into one load, so that load waited
-    /// for the stores to reach the cache, and with them, in order, every store before them: the
-    /// run's copy into lines the readers had taken. In a profile of the perf harness's batch 1→1
+    /// as one 16-byte load. x86 cores do not forward two stores into one load, so that load
+    /// waited for the stores to reach the cache, and with them, in order, every store before
+    /// them: the run's copy into lines the readers had taken. In a profile of the perf harness's batch 1→1
     /// (ring-like topic, 2-vCPU EPYC guest, with a reader loop that kept up) the producer's core
     /// spent ~38% of its time on that load.
     ///
