@@ -172,8 +172,8 @@ impl<const LOOP: bool, const KEEP: bool, const EVERY: u64> Tx for MinimalTx<LOOP
     #[inline]
     fn send_run(&mut self, p: u64, n: u64) {
         if !LOOP {
-            for k in 0..n {
-                self.send(crate::tagged(p, k));
+            for v in crate::tagged_run(p, 0, n) {
+                self.send(v);
             }
             return;
         }
@@ -181,11 +181,11 @@ impl<const LOOP: bool, const KEEP: bool, const EVERY: u64> Tx for MinimalTx<LOOP
         // compiler keeps in registers: the fence in `publish` orders memory, and these never are.
         let (ring, mut next, mut room) = (&*self.ring, self.next, self.room);
         let (slots, mask) = (&*ring.slots, ring.mask);
-        for k in 0..n {
+        for v in crate::tagged_run(p, 0, n) {
             if next >= room {
                 room = ring.wait_for_room(next);
             }
-            write(slots, mask, next, crate::tagged(p, k));
+            write(slots, mask, next, v);
             next += 1;
             if next.is_multiple_of(EVERY) {
                 ring.publish(next);

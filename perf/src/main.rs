@@ -406,8 +406,8 @@ trait Tx: Send {
     /// here so that a boxed sender pays one indirect call per run rather than per message).
     #[inline]
     fn send_run(&mut self, p: u64, n: u64) {
-        for k in 0..n {
-            self.send(tagged(p, k));
+        for v in tagged_run(p, 0, n) {
+            self.send(v);
         }
     }
     fn send_batch(&mut self, vs: &[u64]) {
@@ -999,8 +999,26 @@ struct Options {
 const CAPACITY: usize = 1 << 16;
 
 /// Producer `p`'s message `k` in a multi-producer run.
+///
+/// `k` stays below 2^48, so the tag may as well be added, and producer `p`'s messages `k..n`
+/// are a plain range: the loops that send or fill a run iterate over that ([`tagged_run`]),
+/// rather than tagging each message.
 fn tagged(p: u64, k: u64) -> u64 {
     p << 48 | k
+}
+
+/// Producer `p`'s messages `k..n`, as a range (see [`tagged`]).
+///
+/// The loops iterate over this range rather than over `k..n` mapped through `tagged`: an OR a
+/// message, which the loop that fills a batch ran as three more vector instructions every four
+/// messages. That loop is most of the producer's core where the producer bounds a run (logbus's
+/// batch 1→1: its stores queue behind the copy's stores into the reader's lines), and a
+/// standalone 1→1 loop of 256-record `publish_slice` batches (ring-like topic, 2-vCPU EPYC
+/// guest) filled with the OR ran 3245–3448 M/s against 3819–4011 without it (three alternating
+/// pairs of 7-run medians).
+fn tagged_run(p: u64, k: u64, n: u64) -> std::ops::Range<u64> {
+    let tag = tagged(p, 0);
+    tag + k..tag + n
 }
 
 /// A sink that checks order (per producer) and reports when it has all `expected` messages.
@@ -1140,7 +1158,7 @@ fn tput<B: Bus>(
                     let mut k = 0;
                     while k < per {
                         buf.clear();
-                        buf.extend((k..(k + 256).min(per)).map(|k| tagged(p as u64, k)));
+                        buf.extend(tagged_run(p as u64, k, (k + 256).min(per)));
                         tx.send_batch(&buf);
                         k += buf.len() as u64;
                     }
@@ -2058,6 +2076,17 @@ mod tests {
             .collect();
         let subs = (0..subs).map(|i| pins.subscriber_core(i)).collect();
         (prods, subs)
+    }
+
+    #[test]
+    fn a_tagged_run_is_each_message_tagged_in_order() {
+        for p in 0..2 {
+            let run: Vec<u64> = tagged_run(p, 5, 9).collect();
+            let tagged_each: Vec<u64> = (5..9).map(|k| tagged(p, k)).collect();
+            assert_eq!(run, tagged_each);
+        }
+        let last = (1 << 48) - 1;
+        assert_eq!(tagged_run(1, last, last + 1).next(), Some(tagged(1, last)));
     }
 
     #[test]
