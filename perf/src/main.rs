@@ -998,24 +998,23 @@ struct Options {
 /// The ring, channel or retention size every bounded contender gets.
 const CAPACITY: usize = 1 << 16;
 
-/// Producer `p`'s message `k` in a multi-producer run.
-///
-/// `k` stays below 2^48, so the tag may as well be added, and producer `p`'s messages `k..n`
-/// are a plain range: the loops that send or fill a run iterate over that ([`tagged_run`]),
-/// rather than tagging each message.
+/// Producer `p`'s message `k` in a multi-producer run (`k` stays below 2^48). The loops that send
+/// or fill a run take a whole run at once from [`tagged_run`].
 fn tagged(p: u64, k: u64) -> u64 {
     p << 48 | k
 }
 
-/// Producer `p`'s messages `k..n`, as a range (see [`tagged`]).
+/// Producer `p`'s messages `k..n` ([`tagged`] of each), as a plain range: with `k` below 2^48 the
+/// tag may as well be added.
 ///
 /// The loops iterate over this range rather than over `k..n` mapped through `tagged`: an OR a
 /// message, which the loop that fills a batch ran as three more vector instructions every four
 /// messages. That loop is most of the producer's core where the producer bounds a run (logbus's
-/// batch 1→1: its stores queue behind the copy's stores into the reader's lines), and a
-/// standalone 1→1 loop of 256-record `publish_slice` batches (ring-like topic, 2-vCPU EPYC
-/// guest) filled with the OR ran 3245–3448 M/s against 3819–4011 without it (three alternating
-/// pairs of 7-run medians).
+/// batch 1→1: its stores queue behind the copy's stores into the reader's lines). Stop 62, 2-vCPU
+/// EPYC guest: a standalone 1→1 loop of 256-record `publish_slice` batches filled with the OR ran
+/// 3245–3448 M/s against 3819–4011 without it (three alternating pairs of 7-run medians); in the
+/// harness, alternating binaries (4 rounds), logbus's batch 1→1 ×1.14, its single-record 1→1
+/// ×1.06 and 2→2 ×0.96, the Disruptor BusySpin's batch 1→1 ×1.10 (see `perf/HISTORY.md`).
 fn tagged_run(p: u64, k: u64, n: u64) -> std::ops::Range<u64> {
     let tag = tagged(p, 0);
     tag + k..tag + n
@@ -2086,7 +2085,11 @@ mod tests {
             assert_eq!(run, tagged_each);
         }
         let last = (1 << 48) - 1;
-        assert_eq!(tagged_run(1, last, last + 1).next(), Some(tagged(1, last)));
+        // The last message a producer can tag: the run holds it and nothing else.
+        assert_eq!(
+            tagged_run(1, last, last + 1).collect::<Vec<_>>(),
+            [tagged(1, last)]
+        );
     }
 
     #[test]
