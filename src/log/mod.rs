@@ -2509,9 +2509,9 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// returned `Range` went back through the stack as two 8-byte stores, which the caller read
     /// as one 16-byte load. x86 cores do not forward two stores into one load, so that load
     /// waited for the stores to reach the cache, and with them, in order, every store before
-    /// them: the run's copy into lines the readers had taken. In a profile of the perf harness's batch 1→1
-    /// (ring-like topic, 2-vCPU EPYC guest, with a reader loop that kept up) the producer's core
-    /// spent ~38% of its time on that load.
+    /// them: the run's copy into lines the readers had taken. In a profile of the perf harness's
+    /// batch 1→1 (ring-like topic, 2-vCPU EPYC guest, with a reader loop that kept up) the
+    /// producer's core spent ~38% of its time on that load.
     ///
     /// # Safety
     /// `src` points to `n` initialized values, readable for the whole call; the caller gives up
