@@ -584,7 +584,7 @@ impl<T: Send + Sync + 'static> Log<T> {
             wait: config.wait,
         };
         log.pool.stock(ring);
-        log.install_through(0);
+        drop(log.install_through(0, false));
         log
     }
 
@@ -749,8 +749,12 @@ impl<T: Send + Sync + 'static> Log<T> {
         if index >= self.installed.load(Ordering::Acquire) {
             return None;
         }
-        let guard = self.epoch.pin();
-        let seg = self.dir.get(index, &guard)?;
+        self.counted(index, &self.epoch.pin())
+    }
+
+    /// A counted reference to segment `index`, if the directory holds it, under `pinned`.
+    fn counted(&self, index: u64, pinned: &Guard) -> Option<SegRef<T>> {
+        let seg = self.dir.get(index, pinned)?;
         // SAFETY: loaded from the directory while pinned, so alive (see `segment`'s Lifetime).
         unsafe { seg.retain() };
         // SAFETY: we just took the reference we hand over.
@@ -782,7 +786,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         let installed = self.installed.load(Ordering::Acquire);
         if installed <= index + 1 {
             if installed <= index {
-                self.install_through(index);
+                self.install_through(index, false);
             }
             return true;
         }
@@ -793,30 +797,48 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// next segment (unless another writer did already) and applies retention, then drops the
     /// values of segments retired meanwhile (the application's `Drop`: the caller holds no lock
     /// and no unpublished reservation; it may hold the single-producer role, as
-    /// [`Log::after_publish_slow`]'s callers may).
+    /// [`Log::after_publish_slow`]'s callers may). With `take_next`, hands back a counted
+    /// reference to the segment after `index` (see [`Log::install_through`]).
     #[cold]
     #[inline(never)]
-    fn prepare_ahead(&self, index: u64) {
-        self.install_through(index);
+    fn prepare_ahead(&self, index: u64, take_next: bool) -> Option<SegRef<T>> {
+        let next = self.install_through(index, take_next);
         // Relaxed: see Orderings (`TO_DROP`).
         if std::mem::needs_drop::<T>() && self.state.load(Ordering::Relaxed) & TO_DROP != 0 {
             self.drop_retired();
         }
+        next
     }
 
-    /// [`Log::prepare_ahead`] for a writer's publish, if its switch left it the step (see
-    /// [`Writer::segment`]).
+    /// After a writer's publish that switched segments ([`Writer::segment`]): lets the segment
+    /// it left go, and takes the switch step if it owes it ([`Log::prepare_ahead`]), then the
+    /// segment after the one it entered, for its next switch.
     #[inline(always)]
     fn settle_ahead(&self, w: &mut Writer<T>) {
+        if w.ahead.is_some() || w.left.is_some() {
+            self.settle_switch(w);
+        }
+    }
+
+    /// [`Log::settle_ahead`]'s work.
+    #[cold]
+    #[inline(never)]
+    fn settle_switch(&self, w: &mut Writer<T>) {
+        drop(w.left.take());
         if let Some(index) = w.ahead.take() {
-            self.prepare_ahead(index);
+            w.next_seg = self.prepare_ahead(index, true);
         }
     }
 
     /// [`Log::prepare`]'s work once a segment must be installed: under the admin lock, installs
-    /// segment `index` and the next one (those not yet installed) and applies retention.
+    /// segment `index` and the next one (those not yet installed) and applies retention. With
+    /// `take_next`, returns a counted reference to segment `index + 1` for a writer's next
+    /// switch, taken under the step's own pin. (Taken through [`Log::acquire`] after the step, a
+    /// second pin, it made loom report the model `batch_publish_races_the_trim_of_its_segment`
+    /// as not deterministic; a bare pin there did the same. Not looked into further: one pin
+    /// serves both.)
     #[inline(never)]
-    fn install_through(&self, index: u64) {
+    fn install_through(&self, index: u64, take_next: bool) -> Option<SegRef<T>> {
         let barred = bar_user_code();
         let mut admin = lock(&self.admin);
         let guard = self.epoch.pin();
@@ -830,6 +852,11 @@ impl<T: Send + Sync + 'static> Log<T> {
             self.installed.store(next, Ordering::Release);
         }
         let trimmed = self.trim(&mut admin, &guard);
+        let next = if take_next {
+            self.counted(index + 1, &guard)
+        } else {
+            None
+        };
         drop(guard);
         drop(admin);
         // The pin above, or one since the last segment, may have run the deferred release of a
@@ -851,6 +878,7 @@ impl<T: Send + Sync + 'static> Log<T> {
             );
             let _ = start;
         }
+        next
     }
 
     /// Names the log in tracing events.
@@ -1448,6 +1476,8 @@ impl<T: Send + Sync + 'static> Log<T> {
                 mine: 0,
                 alone: 0,
                 ahead: None,
+                next_seg: None,
+                left: None,
             });
         }
         if !self.claim_role() {
@@ -1463,6 +1493,8 @@ impl<T: Send + Sync + 'static> Log<T> {
             mine: 0,
             alone: 0,
             ahead: None,
+            next_seg: None,
+            left: None,
         })
     }
 
@@ -1480,6 +1512,7 @@ impl<T: Send + Sync + 'static> Log<T> {
             self.give_lease_back(w);
         }
         (w.limit, w.slots) = (0, SlotBase::unset());
+        w.next_seg = None;
         if let Some(seg) = w.seg.take() {
             if self.single {
                 seg.set_filled((self.writer_next(w) - seg.base()).min(seg.len() as u64) as usize);
@@ -2109,7 +2142,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         // Not holding the role: a switch step takes the admin lock, which a `Topic::publish`
         // racing this one for the role need not wait for.
         if let Some(index) = written.ahead {
-            self.prepare_ahead(index);
+            self.prepare_ahead(index, false);
         }
         // The application's code (a value whose segment is gone, retired values), so after the
         // role is given back: a panic in it leaves the role free.
@@ -2142,7 +2175,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         let written = unsafe { self.write_pinned(offset, value, meta) };
         let result = self.published(offset, false);
         if let Some(index) = written.ahead {
-            self.prepare_ahead(index);
+            self.prepare_ahead(index, false);
         }
         // The application's code (a value whose segment is gone), so after the publish.
         drop(written.gone);
@@ -3322,6 +3355,15 @@ pub(crate) struct Writer<T> {
     /// The segment this writer entered in the publish under way, whose switch step it owes
     /// after publishing ([`Log::prepare`], [`Log::settle_ahead`]). `None` between publishes.
     ahead: Option<u64>,
+    /// The segment after `seg`, taken after the publish whose switch step this writer took
+    /// ([`Log::settle_ahead`]), so that its next switch neither looks it up nor counts a
+    /// reference to it before publishing. Dropped if the writer enters another (many producers:
+    /// others took the offsets in it), or when the writer is released. So an idle writer holds
+    /// two segments, not one, until it publishes again.
+    next_seg: Option<SegRef<T>>,
+    /// The segment this writer left in the publish under way, let go after it
+    /// ([`Log::settle_ahead`]). `None` between publishes.
+    left: Option<SegRef<T>>,
 }
 
 /// What [`Log::write_pinned`] leaves its caller to do after the publish.
@@ -3480,6 +3522,9 @@ impl<T: Send + Sync + 'static> Writer<T> {
                     // The single writer leaves this segment full (it only moves forward).
                     old.set_filled(old.len());
                 }
+                // Let go after the publish: that is a read-modify-write of its reference count,
+                // a line its readers write too.
+                self.left = Some(old);
             }
             // The switch's step is left for after the publish (see `Log::prepare`); a batch that
             // enters two segments owes only the later one's, which installs through the one
@@ -3487,7 +3532,11 @@ impl<T: Send + Sync + 'static> Writer<T> {
             if log.prepare(index) {
                 self.ahead = Some(index);
             }
-            self.seg = log.acquire(index);
+            self.seg = match self.next_seg.take() {
+                // Taken after the last switch's publish (`Log::settle_ahead`).
+                Some(seg) if seg.base() >> log.shift == index => Some(seg),
+                _ => log.acquire(index),
+            };
             (self.limit, self.slots) = match &self.seg {
                 Some(seg) if log.single && log.fast => {
                     (seg.base() + seg.len() as u64, seg.slot_base())
@@ -4153,7 +4202,8 @@ mod tests {
 
     /// What a publish that entered segment `j` leaves once it returns, whichever path took it:
     /// the segment after `j` installed, retention applied (segments of 4, the newest 4 records
-    /// kept, so the start is segment `j - 1`'s base), and no switch step still owed.
+    /// kept, so the start is segment `j - 1`'s base), no switch step still owed, and a writer
+    /// that switched holding the segment after `j` for its next switch.
     fn check_switched(log: &Log<u64>, w: Option<&Writer<u64>>, last: u64, path: &str) {
         let j = last / 4;
         assert_eq!(
@@ -4168,6 +4218,17 @@ mod tests {
         );
         if let Some(w) = w {
             assert_eq!(w.ahead, None, "{path}, up to offset {last}: nothing owed");
+            assert!(
+                w.left.is_none(),
+                "{path}, up to offset {last}: nothing held back"
+            );
+            // From the first switch on (the log installed its first two segments itself).
+            let ahead = (j >= 1).then_some((j + 1) * 4);
+            assert_eq!(
+                w.next_seg.as_ref().map(|seg| seg.base()),
+                ahead,
+                "{path}, up to offset {last}: the next segment taken ahead"
+            );
         }
     }
 
