@@ -763,12 +763,13 @@ impl<T: Send + Sync + 'static> Log<T> {
 
     /// Called when a writer enters segment `index`, before it writes there: makes sure the
     /// segment is installed. The rest of the step (installing the segment after it and applying
-    /// retention) is the writer's to take once its record is published: `true` says so, and the
-    /// writer then calls [`Log::prepare_ahead`] after its publish. Takes the admin lock here only
-    /// when segment `index` itself is missing (a batch that enters two segments, or a writer
-    /// that overtook the one that was to install it), which is rare: every segment is installed
-    /// ahead, by the writer that entered the one before it. Even then the step is taken again
-    /// after the publish, so that retention counts what the batch published.
+    /// retention) is the writer's to take once its record is published, if the next segment is
+    /// not installed yet: an [`Owed`] says so, and the writer hands it to [`Log::prepare_ahead`]
+    /// after its publish. Takes the admin lock here only when segment `index` itself is missing
+    /// (a batch that enters two segments, or a writer that overtook the one that was to install
+    /// it), which is rare: every segment is installed ahead, by the writer that entered the one
+    /// before it. Even then the step is taken again after the publish, so that retention counts
+    /// what the batch published.
     ///
     /// Why after the publish: that step is most of a segment switch's cost (installing the next
     /// segment from the pool, unlinking trimmed ones, handing them to the epoch's collector,
@@ -781,28 +782,38 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// case is still one load and one compare.
     #[inline(always)]
     #[must_use]
-    pub(crate) fn prepare(&self, index: u64) -> bool {
+    pub(crate) fn prepare(&self, index: u64) -> Option<Owed> {
         // Acquire: pairs with the Release store in `install_through`.
         let installed = self.installed.load(Ordering::Acquire);
         if installed <= index + 1 {
-            if installed <= index {
-                self.install_through(index, false);
+            let again = installed <= index;
+            if again {
+                drop(self.install_through(index, false));
             }
-            return true;
+            return Some(Owed { index, again });
         }
-        false
+        None
     }
 
-    /// After a publish into segment `index` whose [`Log::prepare`] returned `true`: installs the
-    /// next segment (unless another writer did already) and applies retention, then drops the
-    /// values of segments retired meanwhile (the application's `Drop`: the caller holds no lock
-    /// and no unpublished reservation; it may hold the single-producer role, as
-    /// [`Log::after_publish_slow`]'s callers may). With `take_next`, hands back a counted
-    /// reference to the segment after `index` (see [`Log::install_through`]).
+    /// After a publish that entered a segment, what its [`Log::prepare`] said it owes: installs
+    /// the next segment and applies retention, unless another writer did so meanwhile (many
+    /// producers: every one of them that entered the segment before the step was taken owes
+    /// it, and `Topic::publish` looks at every record), then drops the values of segments
+    /// retired meanwhile (the application's `Drop`: the caller holds no lock and no unpublished
+    /// reservation; it may hold the single-producer role, as [`Log::after_publish_slow`]'s
+    /// callers may). With `take_next`, hands back a counted reference to the segment after the
+    /// one entered (see [`Log::install_through`]).
     #[cold]
     #[inline(never)]
-    fn prepare_ahead(&self, index: u64, take_next: bool) -> Option<SegRef<T>> {
-        let next = self.install_through(index, take_next);
+    fn prepare_ahead(&self, owed: Owed, take_next: bool) -> Option<SegRef<T>> {
+        // Acquire: pairs with the Release store in `install_through`.
+        let next = if owed.again || self.installed.load(Ordering::Acquire) <= owed.index + 1 {
+            self.install_through(owed.index, take_next)
+        } else if take_next {
+            self.acquire(owed.index + 1)
+        } else {
+            None
+        };
         // Relaxed: see Orderings (`TO_DROP`).
         if std::mem::needs_drop::<T>() && self.state.load(Ordering::Relaxed) & TO_DROP != 0 {
             self.drop_retired();
@@ -825,8 +836,8 @@ impl<T: Send + Sync + 'static> Log<T> {
     #[inline(never)]
     fn settle_switch(&self, w: &mut Writer<T>) {
         drop(w.left.take());
-        if let Some(index) = w.ahead.take() {
-            w.next_seg = self.prepare_ahead(index, true);
+        if let Some(owed) = w.ahead.take() {
+            w.next_seg = self.prepare_ahead(owed, true);
         }
     }
 
@@ -2141,8 +2152,8 @@ impl<T: Send + Sync + 'static> Log<T> {
         self.give_role_back();
         // Not holding the role: a switch step takes the admin lock, which a `Topic::publish`
         // racing this one for the role need not wait for.
-        if let Some(index) = written.ahead {
-            self.prepare_ahead(index, false);
+        if let Some(owed) = written.ahead {
+            drop(self.prepare_ahead(owed, false));
         }
         // The application's code (a value whose segment is gone, retired values), so after the
         // role is given back: a panic in it leaves the role free.
@@ -2174,8 +2185,8 @@ impl<T: Send + Sync + 'static> Log<T> {
         // SAFETY: the `fetch_add` reserved `offset` for us, and nobody has published it.
         let written = unsafe { self.write_pinned(offset, value, meta) };
         let result = self.published(offset, false);
-        if let Some(index) = written.ahead {
-            self.prepare_ahead(index, false);
+        if let Some(owed) = written.ahead {
+            drop(self.prepare_ahead(owed, false));
         }
         // The application's code (a value whose segment is gone), so after the publish.
         drop(written.gone);
@@ -2202,7 +2213,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         // Before the pin: installing a segment takes the admin lock, and a thread that waits
         // pinned holds the epoch back for every log in the process (the pool then gets its
         // trimmed segments back late or not at all while publishers contend).
-        let ahead = self.prepare(index).then_some(index);
+        let ahead = self.prepare(index);
         if self.keeps_all {
             // SAFETY: no retention, so no segment leaves the directory while `&self` lives, and
             // `prepare` above came after the install this lookup needs.
@@ -3352,9 +3363,9 @@ pub(crate) struct Writer<T> {
     /// Many producers: how many reservations in a row up to `next` were all this writer's (a
     /// record or a whole batch each: see [`Writer::count_run`]).
     alone: u64,
-    /// The segment this writer entered in the publish under way, whose switch step it owes
-    /// after publishing ([`Log::prepare`], [`Log::settle_ahead`]). `None` between publishes.
-    ahead: Option<u64>,
+    /// The switch step this writer owes after the publish under way ([`Log::prepare`],
+    /// [`Log::settle_ahead`]). `None` between publishes.
+    ahead: Option<Owed>,
     /// The segment after `seg`, taken after the publish whose switch step this writer took
     /// ([`Log::settle_ahead`]), so that its next switch neither looks it up nor counts a
     /// reference to it before publishing. Dropped if the writer enters another (many producers:
@@ -3371,9 +3382,20 @@ struct Pinned<T> {
     /// The value, if retention removed its segment already (see [`Log::write_pinned`]): the
     /// caller drops it once nothing else is left to do.
     gone: Option<T>,
-    /// The segment the write entered, whose switch step the caller owes after publishing
+    /// The switch step the caller owes after publishing, if the write entered a segment
     /// ([`Log::prepare_ahead`]).
-    ahead: Option<u64>,
+    ahead: Option<Owed>,
+}
+
+/// A segment switch's step that a writer owes once its record is published ([`Log::prepare`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Owed {
+    /// The segment the writer entered.
+    index: u64,
+    /// The writer installed that segment itself, before writing: the step ran then, with the
+    /// end from before the publish, so it runs again after it, for retention. Otherwise it runs
+    /// only if no other writer took it meanwhile.
+    again: bool,
 }
 
 /// A single writer's short-path state, by value (see [`Log::take_kept`]): what
@@ -3529,8 +3551,8 @@ impl<T: Send + Sync + 'static> Writer<T> {
             // The switch's step is left for after the publish (see `Log::prepare`); a batch that
             // enters two segments owes only the later one's, which installs through the one
             // after it.
-            if log.prepare(index) {
-                self.ahead = Some(index);
+            if let Some(owed) = log.prepare(index) {
+                self.ahead = Some(owed);
             }
             self.seg = match self.next_seg.take() {
                 // Taken after the last switch's publish (`Log::settle_ahead`).
