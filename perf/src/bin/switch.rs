@@ -1,12 +1,13 @@
 //! What a segment switch costs the record that starts the segment, on a paced stream: one
 //! producer publishes a record every `PERIOD_NS` (2 µs unless given) on its own core into the
 //! harness's ring-like topic (single producer, `max_records(1 << 16)`, `Block`, no timestamps,
-//! segments of 16384); one reader on another core notes when each record reaches it. The table
-//! splits the records into those that start a segment, the one after each, and the rest; a
-//! record's latency is from its scheduled send time, as in the harness's `lat`.
+//! segments of 16384), or with `default` into a default topic (many producers, timestamps, no
+//! retention, segments of 1024); one reader on another core notes when each record reaches it.
+//! The table splits the records into those that start a segment, the one after each, and the
+//! rest; a record's latency is from its scheduled send time, as in the harness's `lat`.
 //!
 //! ```text
-//! cargo run --release -p logbus-perf --bin switch [-- RECORDS [PERIOD_NS]]
+//! cargo run --release -p logbus-perf --bin switch [-- RECORDS [PERIOD_NS [ring|default]]]
 //! ```
 //!
 //! logbus alone: the peers have no segments. It is for comparing builds of the engine, so run
@@ -21,8 +22,37 @@ use std::{
 
 use logbus::{Overflow, Start, Topic, TopicConfig};
 
-/// Slots a segment: the ring-like topic's (a quarter of its retention, at most 16384).
-const SEGMENT: u64 = 1 << 14;
+/// The topic a run publishes into.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// The harness's ring-like topic.
+    Ring,
+    /// `TopicConfig::default()`.
+    Default,
+}
+
+impl Kind {
+    /// Slots a segment: the ring-like topic's (a quarter of its retention, at most 16384), or
+    /// the default.
+    fn segment(self) -> u64 {
+        match self {
+            Kind::Ring => 1 << 14,
+            Kind::Default => logbus::DEFAULT_SEGMENT_SIZE as u64,
+        }
+    }
+
+    fn config(self) -> TopicConfig<u64> {
+        match self {
+            Kind::Ring => TopicConfig::default()
+                .single_producer()
+                .max_records(1 << 16)
+                .overflow(Overflow::Block)
+                .timestamps(false)
+                .segment_size(self.segment() as usize),
+            Kind::Default => TopicConfig::default(),
+        }
+    }
+}
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -30,29 +60,39 @@ fn main() -> ExitCode {
         None => Ok(default),
         Some(a) => a.parse::<u64>().ok().filter(|&n| n > 0).ok_or(a.clone()),
     };
-    let (records, period) = match (number(0, 2_000_000), number(1, 2_000)) {
-        (Ok(r), Ok(p)) if r >= 4 * SEGMENT && args.len() <= 2 => (r, p),
+    let kind = match args.get(2).map(String::as_str) {
+        None | Some("ring") => Some(Kind::Ring),
+        Some("default") => Some(Kind::Default),
+        Some(_) => None,
+    };
+    let (records, period, kind) = match (number(0, 2_000_000), number(1, 2_000), kind) {
+        (Ok(r), Ok(p), Some(k)) if r >= 4 * k.segment() && args.len() <= 3 => (r, p, k),
         _ => {
             eprintln!(
-                "usage: switch [RECORDS [PERIOD_NS]]: whole numbers, RECORDS at least {}",
-                4 * SEGMENT
+                "usage: switch [RECORDS [PERIOD_NS [ring|default]]]: whole numbers, RECORDS at \
+                 least four segments (65536 on the ring-like topic, 4096 on the default one)"
             );
             return ExitCode::FAILURE;
         }
     };
-    let run = measure(records, period);
+    let segment = kind.segment();
+    let run = measure(records, period, kind);
     // The first tenth warms up (the pool's segments, the caches), as in `lat`.
     let warm = records / 10;
     let latency = |k: u64| run.arrived[k as usize].saturating_sub(run.due[k as usize]);
     let pick = |keep: fn(u64) -> bool| -> Vec<u64> {
         (warm..records)
-            .filter(|&k| keep(k % SEGMENT))
+            .filter(|&k| keep(k % segment))
             .map(latency)
             .collect()
     };
+    let topic = match kind {
+        Kind::Ring => "the ring-like topic",
+        Kind::Default => "a default topic",
+    };
     println!(
-        "# segment switch: {records} records, one per {period} ns, 1→1 (producer on core 0, \
-         reader on core 1), the first {warm} not counted\n"
+        "# segment switch: {records} records into {topic} (segments of {segment}), one per \
+         {period} ns, 1→1 (producer on core 0, reader on core 1), the first {warm} not counted\n"
     );
     println!("| records | count | p50 ns | p90 ns | p99 ns | max ns |");
     println!("|---|---:|---:|---:|---:|---:|");
@@ -74,7 +114,7 @@ fn main() -> ExitCode {
         );
     }
     let mut calls: Vec<u64> = (warm..records)
-        .filter(|k| k % SEGMENT == 0)
+        .filter(|k| k % segment == 0)
         .map(|k| run.took[k as usize])
         .collect();
     calls.sort_unstable();
@@ -101,16 +141,10 @@ fn pin(core: usize) {
     }
 }
 
-fn measure(records: u64, period_ns: u64) -> Run {
-    let config = TopicConfig::<u64>::default()
-        .single_producer()
-        .max_records(1 << 16)
-        .overflow(Overflow::Block)
-        .timestamps(false)
-        .segment_size(SEGMENT as usize);
-    let topic = Topic::new("switch", config).expect("a valid configuration");
+fn measure(records: u64, period_ns: u64, kind: Kind) -> Run {
+    let topic = Topic::new("switch", kind.config()).expect("a valid configuration");
     let mut reader = topic.reader(0, Start::Earliest).expect("partition 0");
-    let mut producer = topic.producer().expect("the only producer");
+    let mut producer = topic.producer().expect("a producer");
     let base = Instant::now();
     let n = records as usize;
     let read = thread::spawn(move || {
