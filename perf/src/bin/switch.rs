@@ -22,6 +22,9 @@ use std::{
 
 use logbus::{Overflow, Start, Topic, TopicConfig};
 
+/// The most records a run takes: it keeps three 8-byte times a record (2.4 GB at this many).
+const MAX_RECORDS: u64 = 100_000_000;
+
 /// The topic a run publishes into.
 #[derive(Clone, Copy)]
 enum Kind {
@@ -66,11 +69,16 @@ fn main() -> ExitCode {
         Some(_) => None,
     };
     let (records, period, kind) = match (number(0, 2_000_000), number(1, 2_000), kind) {
-        (Ok(r), Ok(p), Some(k)) if r >= 4 * k.segment() && args.len() <= 3 => (r, p, k),
+        (Ok(r), Ok(p), Some(k))
+            if (4 * k.segment()..=MAX_RECORDS).contains(&r) && args.len() <= 3 =>
+        {
+            (r, p, k)
+        }
         _ => {
             eprintln!(
                 "usage: switch [RECORDS [PERIOD_NS [ring|default]]]: whole numbers, RECORDS at \
-                 least four segments (65536 on the ring-like topic, 4096 on the default one)"
+                 least four segments (65536 on the ring-like topic, 4096 on the default one) and \
+                 at most {MAX_RECORDS}"
             );
             return ExitCode::FAILURE;
         }
