@@ -57,6 +57,7 @@ function_of() {
         subscription) echo 'logbus::subscription::Context<T>::run' ;;
         ring-publish | ring-multi-publish | multi-publish) echo 'count::measure_publish' ;;
         ring-publish-slice | ring-multi-publish-slice) echo 'count::measure_publish_slice' ;;
+        topic-publish-single) echo 'count::measure_topic_publish' ;;
         multi-read) echo 'count::measure_read' ;;
         multi-read-batch) echo 'count::measure_read_batch' ;;
         *) echo "count::measure_${1//-/_}" ;;

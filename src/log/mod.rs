@@ -761,7 +761,8 @@ impl<T: Send + Sync + 'static> Log<T> {
         Some(unsafe { SegRef::from_owned(seg) })
     }
 
-    /// Called when a writer enters segment `index`, before it writes there: makes sure the
+    /// Called when a writer's publish ([`Writer::segment`]) enters segment `index`, before it
+    /// writes there: makes sure the
     /// segment is installed. The rest of the step (installing the segment after it and applying
     /// retention) is the writer's to take once its record is published, if the next segment is
     /// not installed yet: an [`Owed`] says so, and the writer hands it to [`Log::prepare_ahead`]
@@ -776,13 +777,11 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// ~1.2 µs of a ~1.4 µs switch on the 2-vCPU EPYC guest, one publish in 16384 on a ring-like
     /// topic, 2 µs-paced), and before the write it delayed the record a reader was waiting for.
     ///
-    /// The check is inlined and the rest out of line: the convenience path
-    /// ([`Log::publish_unheld`]) calls this for every record, and a call that returned at once
-    /// cost it 27 instructions a record of 285 (callgrind, `perf/instructions.sh`). The common
-    /// case is still one load and one compare.
+    /// A one-record write without a writer (`Topic::publish`) takes [`Log::prepare_pinned`]
+    /// instead.
     #[inline(always)]
     #[must_use]
-    pub(crate) fn prepare(&self, index: u64) -> Option<Owed> {
+    fn prepare(&self, index: u64) -> Option<Owed> {
         // Acquire: pairs with the Release store in `install_through`.
         let installed = self.installed.load(Ordering::Acquire);
         if installed <= index + 1 {
@@ -795,14 +794,14 @@ impl<T: Send + Sync + 'static> Log<T> {
         None
     }
 
-    /// After a publish that entered a segment, what its [`Log::prepare`] said it owes: installs
-    /// the next segment and applies retention, unless another writer did so meanwhile (many
-    /// producers: every one of them that entered the segment before the step was taken owes
-    /// it, and `Topic::publish` looks at every record), then drops the values of segments
-    /// retired meanwhile (the application's `Drop`: the caller holds no lock and no unpublished
-    /// reservation; it may hold the single-producer role, as [`Log::after_publish_slow`]'s
-    /// callers may). With `take_next`, hands back a counted reference to the segment after the
-    /// one entered (see [`Log::install_through`]).
+    /// After a publish that entered a segment, what its [`Log::prepare`] said it owes (or, for
+    /// [`Log::settle_pinned`], the segment's first offset): installs the next segment and
+    /// applies retention, unless another writer did so meanwhile (many producers: each writer
+    /// that entered the segment before the step was taken owes it), then drops the values of
+    /// segments retired meanwhile (the application's `Drop`: the caller holds no lock and no
+    /// unpublished reservation; it may hold the single-producer role, as
+    /// [`Log::after_publish_slow`]'s callers may). With `take_next`, hands back a counted
+    /// reference to the segment after the one entered (see [`Log::install_through`]).
     #[cold]
     #[inline(never)]
     fn prepare_ahead(&self, owed: Owed, take_next: bool) -> Option<SegRef<T>> {
@@ -838,6 +837,36 @@ impl<T: Send + Sync + 'static> Log<T> {
         drop(w.left.take());
         if let Some(owed) = w.ahead.take() {
             w.next_seg = self.prepare_ahead(owed, true);
+        }
+    }
+
+    /// [`Log::prepare`] for a one-record write without a writer ([`Log::write_pinned`], under
+    /// `Topic::publish`, which calls it for every record): installs segment `index` only if it
+    /// is missing (a writer that overtook the one that was to install it). The rest of the step
+    /// falls to whoever publishes the segment's first offset, after its publish
+    /// ([`Log::settle_pinned`]), so nothing is carried from here to after the publish. Carrying
+    /// `prepare`'s answer there cost `Topic::publish` 10 instructions a record of 169
+    /// (callgrind, `perf/instructions.sh`, `topic-publish`). The check is inlined and the rest
+    /// out of line: an out-of-line call that returned at once cost that path 27 instructions a
+    /// record of 285 (the same count, an earlier engine).
+    #[inline(always)]
+    fn prepare_pinned(&self, index: u64) {
+        // Acquire: pairs with the Release store in `install_through`.
+        if self.installed.load(Ordering::Acquire) <= index {
+            drop(self.install_through(index, false));
+        }
+    }
+
+    /// After a one-record publish at `offset` without a writer: if that was a segment's first
+    /// offset, the switch step ([`Log::prepare_ahead`]), unless another writer took it.
+    #[inline(always)]
+    fn settle_pinned(&self, offset: u64) {
+        if offset & self.mask == 0 {
+            let owed = Owed {
+                index: offset >> self.shift,
+                again: false,
+            };
+            drop(self.prepare_ahead(owed, false));
         }
     }
 
@@ -2125,10 +2154,7 @@ impl<T: Send + Sync + 'static> Log<T> {
             return Err(PublishError::Busy(value));
         }
         let next = self.single_next();
-        let mut written = Pinned {
-            gone: None,
-            ahead: None,
-        };
+        let mut gone = None;
         let mut seen = 0;
         let result = match self.admit_single(next, 1, policy) {
             Err(r) => Err(r.with(value)),
@@ -2137,7 +2163,7 @@ impl<T: Send + Sync + 'static> Log<T> {
                 // is appended, and the stamps of a single producer's records never go back.
                 let meta = Meta::new(self.stamp(), key);
                 // SAFETY: we hold the producer role, so `next` is ours and unpublished.
-                written = unsafe { self.write_pinned(next, value, meta) };
+                gone = unsafe { self.write_pinned(next, value, meta) };
                 // Release: publishes the slot (I2).
                 self.watermark.store(next + 1, Ordering::Release);
                 // Before the role is given back: a close seen here extends the final end to
@@ -2152,12 +2178,12 @@ impl<T: Send + Sync + 'static> Log<T> {
         self.give_role_back();
         // Not holding the role: a switch step takes the admin lock, which a `Topic::publish`
         // racing this one for the role need not wait for.
-        if let Some(owed) = written.ahead {
-            drop(self.prepare_ahead(owed, false));
+        if result.is_ok() {
+            self.settle_pinned(next);
         }
         // The application's code (a value whose segment is gone, retired values), so after the
         // role is given back: a panic in it leaves the role free.
-        drop(written.gone);
+        drop(gone);
         if seen & TO_DROP != 0 {
             self.drop_retired();
         }
@@ -2183,14 +2209,31 @@ impl<T: Send + Sync + 'static> Log<T> {
             self.end_lease();
         };
         // SAFETY: the `fetch_add` reserved `offset` for us, and nobody has published it.
-        let written = unsafe { self.write_pinned(offset, value, meta) };
-        let result = self.published(offset, false);
-        if let Some(owed) = written.ahead {
-            drop(self.prepare_ahead(owed, false));
-        }
+        let gone = unsafe { self.write_pinned(offset, value, meta) };
+        // `published`, with a segment's first offset sent to the cold path too, for the switch
+        // step (`settle_pinned`): one test, where a second after `published` kept the offset
+        // and the result alive across its cold call.
+        let s = self.look_after_publish(false);
+        let result = if s & AFTER_LOOK != 0 || offset & self.mask == 0 {
+            self.published_pinned_slow(s, offset)
+        } else {
+            Ok(offset)
+        };
         // The application's code (a value whose segment is gone), so after the publish.
-        drop(written.gone);
+        drop(gone);
         result
+    }
+
+    /// [`Log::publish_pinned`]'s cold end: what [`Log::published`]'s does, then the switch step
+    /// if `offset` was a segment's first.
+    #[cold]
+    #[inline(never)]
+    fn published_pinned_slow(&self, s: u64, offset: u64) -> Result<u64, PublishError<T>> {
+        if s & AFTER_LOOK != 0 {
+            self.after_publish_slow(s);
+        }
+        self.settle_pinned(offset);
+        Ok(offset)
     }
 
     /// Writes (and, many producers, publishes) the reserved slot `offset` while pinned, without
@@ -2199,42 +2242,36 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// the log drops ([`Directory::get_kept`]). Hands the value back if retention already
     /// removed the segment (as in `write`: the record is then published and trimmed at once),
     /// for the caller to drop once nothing else is left to do: the drop is the application's
-    /// code. Also hands back the segment switch step the caller owes after its publish, if the
-    /// write entered a segment ([`Log::prepare`]). Nothing in here runs user code (I6).
+    /// code. The segment switch's step is the caller's after its publish
+    /// ([`Log::settle_pinned`]). Nothing in here runs user code (I6).
     ///
     /// # Safety
     /// The caller reserved `offset` (the `fetch_add`, or it holds the single-producer role) and
     /// has not published it.
     #[inline(always)]
-    unsafe fn write_pinned(&self, offset: u64, value: T, meta: Meta) -> Pinned<T> {
+    unsafe fn write_pinned(&self, offset: u64, value: T, meta: Meta) -> Option<T> {
         let index = offset >> self.shift;
         // The pin may run deferred releases (see `segment`'s Lifetime).
         let _barred = bar_user_code();
         // Before the pin: installing a segment takes the admin lock, and a thread that waits
         // pinned holds the epoch back for every log in the process (the pool then gets its
         // trimmed segments back late or not at all while publishers contend).
-        let ahead = self.prepare(index);
+        self.prepare_pinned(index);
         if self.keeps_all {
             // SAFETY: no retention, so no segment leaves the directory while `&self` lives, and
             // `prepare` above came after the install this lookup needs.
             let Some(seg) = (unsafe { self.dir.get_kept(index) }) else {
                 debug_assert!(false, "a log without retention lost segment {index}");
-                return Pinned {
-                    gone: Some(value),
-                    ahead,
-                };
+                return Some(value);
             };
             // SAFETY: `offset` is reserved by us and unpublished (this function's contract), and
             // `seg` is its segment, alive as long as the log.
             unsafe { self.write_found(seg, offset, value, meta) };
-            return Pinned { gone: None, ahead };
+            return None;
         }
         let guard = self.epoch.pin();
         let Some(seg) = self.dir.get(index, &guard) else {
-            return Pinned {
-                gone: Some(value),
-                ahead,
-            };
+            return Some(value);
         };
         // SAFETY: `offset` is reserved by us and unpublished (this function's contract), and
         // `seg` is its segment (the directory's entry for its index), alive while we stay
@@ -2243,7 +2280,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         // release and before `drop_values` looks at them.
         unsafe { self.write_found(seg, offset, value, meta) };
         drop(guard);
-        Pinned { gone: None, ahead }
+        None
     }
 
     /// [`Log::write_pinned`]'s write once it found the segment: the slot (and, many producers,
@@ -3377,19 +3414,9 @@ pub(crate) struct Writer<T> {
     left: Option<SegRef<T>>,
 }
 
-/// What [`Log::write_pinned`] leaves its caller to do after the publish.
-struct Pinned<T> {
-    /// The value, if retention removed its segment already (see [`Log::write_pinned`]): the
-    /// caller drops it once nothing else is left to do.
-    gone: Option<T>,
-    /// The switch step the caller owes after publishing, if the write entered a segment
-    /// ([`Log::prepare_ahead`]).
-    ahead: Option<Owed>,
-}
-
 /// A segment switch's step that a writer owes once its record is published ([`Log::prepare`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Owed {
+struct Owed {
     /// The segment the writer entered.
     index: u64,
     /// The writer installed that segment itself, before writing: the step ran then, with the
@@ -3545,7 +3572,8 @@ impl<T: Send + Sync + 'static> Writer<T> {
                     old.set_filled(old.len());
                 }
                 // Let go after the publish: that is a read-modify-write of its reference count,
-                // a line its readers write too.
+                // a line its readers write too. (A batch that enters two segments lets the
+                // first go here, at the second switch.)
                 self.left = Some(old);
             }
             // The switch's step is left for after the publish (see `Log::prepare`); a batch that

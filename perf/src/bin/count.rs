@@ -24,7 +24,7 @@ use logbus::{Overflow, Producers, Record, Start, Topic, TopicConfig};
 type PathEntry = (&'static str, &'static str, fn(u64));
 
 /// The paths: the only list of them (`count paths` prints it for the scripts).
-const PATHS: [PathEntry; 13] = [
+const PATHS: [PathEntry; 14] = [
     (
         "publish",
         "Producer::publish, single producer, no reader",
@@ -59,6 +59,11 @@ const PATHS: [PathEntry; 13] = [
         "topic-publish",
         "Topic::publish, many producers, no reader",
         |n| measure_topic_publish(&topic(Producers::Multi), n),
+    ),
+    (
+        "topic-publish-single",
+        "Topic::publish, single producer (the role claimed and given back each record), no reader",
+        |n| measure_topic_publish(&topic(Producers::Single), n),
     ),
     ("read", "Reader::next over records already published", |n| {
         assert_sum(measure_read(&published(n), n), n)
