@@ -190,6 +190,83 @@ fn reject_hands_the_value_back_when_a_reader_lags() {
     }
 }
 
+/// `Topic::publish` on a single-producer topic claims the producer role for one record: it is
+/// admitted as a `Producer`'s publish is (room, close), and gives the role back whatever the
+/// outcome.
+#[test]
+fn topic_publish_on_a_single_producer_topic_admits_and_gives_the_role_back() {
+    let t = Topic::<u64>::new(
+        "x",
+        TopicConfig::default()
+            .segment_size(4)
+            .max_records(5)
+            .overflow(Overflow::Reject)
+            .producers(Producers::Single),
+    )
+    .unwrap();
+    let mut r = t.reader(0, Start::Earliest).unwrap();
+    for i in 0..5 {
+        assert_eq!(t.publish(i).unwrap().offset, i);
+    }
+    match t.publish(5) {
+        Err(PublishError::Full(v)) => assert_eq!(v, 5),
+        other => panic!("expected Full, got {other:?}"),
+    }
+    // The refusal gave the role back (a producer can be made), and took no offset.
+    drop(
+        t.producer()
+            .expect("the role is free after a refused publish"),
+    );
+    for i in 0..5 {
+        assert_eq!(*r.next().unwrap(), i);
+    }
+    let _ = r.try_next();
+    assert_eq!(t.publish(5).unwrap().offset, 5);
+    assert_eq!(*r.next().unwrap(), 5);
+    // A reader parked on the topic is woken by the publish.
+    let waiting = thread::spawn(move || *r.next().unwrap());
+    thread::sleep(Duration::from_millis(20));
+    assert_eq!(t.publish(6).unwrap().offset, 6);
+    assert_eq!(waiting.join().unwrap(), 6);
+    t.close();
+    match t.publish(7) {
+        Err(PublishError::Closed(v)) => assert_eq!(v, 7),
+        other => panic!("expected Closed, got {other:?}"),
+    }
+    assert_eq!(
+        t.stats().partitions[0].end,
+        7,
+        "nothing published after the close"
+    );
+    drop(
+        t.producer()
+            .expect("the role is free after a closed publish"),
+    );
+}
+
+/// `Topic::publish` on a single-producer `Block` topic waits for the slowest reader, holding the
+/// role, and loses nothing.
+#[test]
+fn topic_publish_on_a_single_producer_topic_blocks_and_loses_nothing() {
+    let t = small_block_topic("blk-topic", Producers::Single);
+    let mut slow = t.reader(0, Start::Earliest).unwrap();
+    let total = 500u64;
+    let pt = t.clone();
+    let publisher = thread::spawn(move || {
+        for i in 0..total {
+            assert_eq!(pt.publish(i).unwrap().offset, i);
+        }
+    });
+    for i in 0..total {
+        if i % 100 == 0 {
+            thread::sleep(Duration::from_millis(2));
+        }
+        assert_eq!(*slow.next().expect("Block never makes a reader lag"), i);
+    }
+    publisher.join().unwrap();
+    assert_eq!(t.stats().partitions[0].end, total);
+}
+
 /// A `Block` topic that keeps 8 records in segments of 4.
 fn small_block_topic(name: &str, producers: Producers) -> Topic<u64> {
     Topic::new(

@@ -433,36 +433,47 @@ fn close_wakes_parked_reader() {
 /// publish either fails with `Closed` or lands, and then the log's final end covers it (the
 /// producer sees `CLOSED` after its own store and extends the end, or the close saw its store), so
 /// the log's end counts it and a reader that comes after both reads every record the producer was
-/// told was published, then `Closed`. On both single-producer paths: a `Producer`'s kept place, and a process without
-/// membarrier.
+/// told was published, then `Closed`. On both single-producer paths (a `Producer`'s kept place,
+/// and `Topic::publish`, which claims the role for the record and is admitted by the cached room
+/// that `close` zeroes), each also in a process without membarrier.
 #[test]
 fn close_races_a_single_producer_publish() {
     for paths in [Paths::Fences, Paths::Membarrier] {
-        model_on(paths, || {
-            let config = config().timestamps(false).producers(Producers::Single);
-            let topic = Topic::<u64>::new("m", config).unwrap();
-            let mut producer = topic.producer().unwrap();
-            // The first publish installs the segment, before the race.
-            producer.publish(1).unwrap();
-            let t = topic.clone();
-            let closer = thread::spawn(move || t.close());
-            let landed = match producer.publish(2) {
-                Ok(p) => Some(p.offset),
-                Err(PublishError::Closed(2)) => None,
-                Err(e) => panic!("{e}"),
-            };
-            closer.join().unwrap();
-            // The log's end, which `Start::Latest`, `lag` and the stats go by, covers it too.
-            let end = topic.stats().partitions[0].end;
-            assert_eq!(end, landed.map_or(1, |offset| offset + 1));
-            let mut reader = topic.reader(0, Start::Earliest).unwrap();
-            assert_eq!(*reader.next().unwrap(), 1);
-            if landed.is_some() {
-                assert_eq!(*reader.next().unwrap(), 2);
-            }
-            assert_eq!(reader.next().unwrap_err(), ReadError::Closed);
-        });
+        for through_topic in [false, true] {
+            model_on(paths, move || close_race_single(through_topic));
+        }
     }
+}
+
+/// [`close_races_a_single_producer_publish`]'s model, publishing through a `Producer` or
+/// through `Topic::publish`.
+fn close_race_single(through_topic: bool) {
+    let config = config().timestamps(false).producers(Producers::Single);
+    let topic = Topic::<u64>::new("m", config).unwrap();
+    let mut producer = (!through_topic).then(|| topic.producer().unwrap());
+    let mut publish = |value| match producer.as_mut() {
+        Some(p) => p.publish(value),
+        None => topic.publish(value),
+    };
+    // The first publish installs the segment, before the race.
+    publish(1).unwrap();
+    let t = topic.clone();
+    let closer = thread::spawn(move || t.close());
+    let landed = match publish(2) {
+        Ok(p) => Some(p.offset),
+        Err(PublishError::Closed(2)) => None,
+        Err(e) => panic!("{e}"),
+    };
+    closer.join().unwrap();
+    // The log's end, which `Start::Latest`, `lag` and the stats go by, covers it too.
+    let end = topic.stats().partitions[0].end;
+    assert_eq!(end, landed.map_or(1, |offset| offset + 1));
+    let mut reader = topic.reader(0, Start::Earliest).unwrap();
+    assert_eq!(*reader.next().unwrap(), 1);
+    if landed.is_some() {
+        assert_eq!(*reader.next().unwrap(), 2);
+    }
+    assert_eq!(reader.next().unwrap_err(), ReadError::Closed);
 }
 
 /// Reads the first `n` records in batches of whatever is published, each batch starting where
