@@ -149,18 +149,23 @@ fn max_age_trims_old_segments_when_a_new_one_starts() {
     assert_eq!(*r.next().unwrap(), 8);
 }
 
+/// A `Reject` topic that keeps 5 records in segments of 4.
+fn small_reject_topic(producers: Producers) -> Topic<u64> {
+    Topic::new(
+        "x",
+        TopicConfig::default()
+            .segment_size(4)
+            .max_records(5)
+            .overflow(Overflow::Reject)
+            .producers(producers),
+    )
+    .unwrap()
+}
+
 #[test]
 fn reject_hands_the_value_back_when_a_reader_lags() {
     for producers in [Producers::Multi, Producers::Single] {
-        let t = Topic::<u64>::new(
-            "x",
-            TopicConfig::default()
-                .segment_size(4)
-                .max_records(5)
-                .overflow(Overflow::Reject)
-                .producers(producers),
-        )
-        .unwrap();
+        let t = small_reject_topic(producers);
         let mut r = t.reader(0, Start::Earliest).unwrap();
         let mut p = t.producer().unwrap();
         for i in 0..5 {
@@ -195,15 +200,7 @@ fn reject_hands_the_value_back_when_a_reader_lags() {
 /// outcome.
 #[test]
 fn topic_publish_on_a_single_producer_topic_admits_and_gives_the_role_back() {
-    let t = Topic::<u64>::new(
-        "x",
-        TopicConfig::default()
-            .segment_size(4)
-            .max_records(5)
-            .overflow(Overflow::Reject)
-            .producers(Producers::Single),
-    )
-    .unwrap();
+    let t = small_reject_topic(Producers::Single);
     let mut r = t.reader(0, Start::Earliest).unwrap();
     for i in 0..5 {
         assert_eq!(t.publish(i).unwrap().offset, i);
