@@ -2148,9 +2148,10 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// `close` stores a cached room of 0); only when it says no does [`Log::admit_single`] look
     /// further (`Block` waits there, holding the role, before the pin). The rest after the
     /// publish (waking parked readers, the switch step, retired values) is one test into
-    /// [`Log::published_pinned_single_slow`]. Out of line, with the admission and that end
-    /// inline, this call ran 254 instructions a record through `Topic::publish` (callgrind,
-    /// `topic-publish-single`) against 170 for the many-producer one.
+    /// [`Log::published_pinned_single_slow`]. Until stop 64 this was a call of its own, which
+    /// called `admit_single` and took the end after the publish inline: 254 instructions a
+    /// record through `Topic::publish` (callgrind, `topic-publish-single`) against 170 on a
+    /// many-producer topic; 172 now (criterion ×1.15, 8 alternating rounds).
     #[inline]
     fn publish_pinned_single(
         &self,
