@@ -2148,7 +2148,7 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// `close` stores a cached room of 0); only when it says no does [`Log::admit_single`] look
     /// further (`Block` waits there, holding the role, before the pin). The rest after the
     /// publish (waking parked readers, the switch step, retired values) is one test into
-    /// [`Log::published_pinned_single_slow`]. Until stop 64 this was a call of its own, which
+    /// [`Log::published_unheld_slow`]. Until stop 64 this was a call of its own, which
     /// called `admit_single` and took the end after the publish inline: 254 instructions a
     /// record through `Topic::publish` (callgrind, `topic-publish-single`) against 170 on a
     /// many-producer topic; 172 now (criterion ×1.15, 8 alternating rounds).
@@ -2178,7 +2178,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         self.watermark.store(next + 1, Ordering::Release);
         let seen = self.look_after_publish(false);
         if seen & AFTER_LOOK != 0 || next & self.mask == 0 {
-            self.published_pinned_single_slow(seen, next);
+            let _ = self.published_unheld_slow(seen, next, true);
         } else {
             self.give_role_back();
         }
@@ -2186,26 +2186,6 @@ impl<T: Send + Sync + 'static> Log<T> {
         // back: a panic in it leaves the role free.
         drop(gone);
         Ok(next)
-    }
-
-    /// [`Log::publish_pinned_single`]'s cold end, after its publish at `next` while holding the
-    /// role, `seen` being its look at `state`: wakes parked readers or extends a close's final
-    /// end (both before the role is given back: a close seen here extends the final end to
-    /// `single_next`, which only the role's holder may read as the end), gives the role back,
-    /// then takes the switch step if `next` was a segment's first offset (not holding the role:
-    /// the step takes the admin lock, which a `Topic::publish` racing this one for the role need
-    /// not wait for) and drops retired values (the application's code, with the role free).
-    #[cold]
-    #[inline(never)]
-    fn published_pinned_single_slow(&self, seen: u64, next: u64) {
-        if seen & (PARKED_MASK | CLOSED) != 0 {
-            self.wake_after_publish(seen);
-        }
-        self.give_role_back();
-        self.settle_pinned(next);
-        if seen & TO_DROP != 0 {
-            self.drop_retired();
-        }
     }
 
     /// The many-producer short path of [`Log::publish_unheld`]: reserve, write (under a pin
@@ -2233,7 +2213,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         // and the result alive across its cold call.
         let s = self.look_after_publish(false);
         let result = if s & AFTER_LOOK != 0 || offset & self.mask == 0 {
-            self.published_pinned_slow(s, offset)
+            self.published_unheld_slow(s, offset, false)
         } else {
             Ok(offset)
         };
@@ -2242,15 +2222,33 @@ impl<T: Send + Sync + 'static> Log<T> {
         result
     }
 
-    /// [`Log::publish_pinned`]'s cold end: what [`Log::published`]'s does, then the switch step
-    /// if `offset` was a segment's first.
+    /// The cold end of a one-record publish at `offset` without a writer
+    /// ([`Log::publish_pinned`], [`Log::publish_pinned_single`]), `s` being its look at `state`:
+    /// wakes parked readers or, single producer, extends a close's final end; gives the role back
+    /// if `role` (the single producer's: only after that extension, which reads `single_next` as
+    /// the end, as only the role's holder may); then takes the switch step if `offset` was a
+    /// segment's first ([`Log::settle_pinned`]; without the role, so a `Topic::publish` racing
+    /// this one for it does not wait for the admin lock) and drops retired values (the
+    /// application's code, with the role free). Returns `Ok(offset)`: the many-producer caller
+    /// returns it as its result, which keeps the offset out of what lives across the call.
     #[cold]
     #[inline(never)]
-    fn published_pinned_slow(&self, s: u64, offset: u64) -> Result<u64, PublishError<T>> {
-        if s & AFTER_LOOK != 0 {
-            self.after_publish_slow(s);
+    fn published_unheld_slow(
+        &self,
+        s: u64,
+        offset: u64,
+        role: bool,
+    ) -> Result<u64, PublishError<T>> {
+        if s & (PARKED_MASK | CLOSED) != 0 {
+            self.wake_after_publish(s);
+        }
+        if role {
+            self.give_role_back();
         }
         self.settle_pinned(offset);
+        if s & TO_DROP != 0 {
+            self.drop_retired();
+        }
         Ok(offset)
     }
 
