@@ -75,6 +75,11 @@ pub enum Overflow {
 /// than that: a park costs the readers, the bottleneck then, a barrier on their cores and a
 /// wake-up call; a park that lasts longer puts it back to `yield_for`.
 ///
+/// A task waiting for records (the `async` feature) cannot spin or yield its thread: it yields to
+/// its executor instead, for `yield_for` from its first poll that found nothing (each such poll
+/// wakes the task itself and returns `Pending`), then parks as a thread does, its task waker
+/// beside its futex word. `spin_polls` and `yield_after_batch` do not apply to tasks.
+///
 /// The defaults were measured on a 2-core VM (see the README): polling lands a record paced every
 /// 2 µs within ~100 ns; yielding before parking avoids the ~19 µs futex wake-up for records paced up
 /// to ~100 µs apart, while an idle reader still goes to sleep within a fraction of a millisecond.
@@ -105,7 +110,10 @@ impl WaitStrategy {
         self
     }
 
-    /// How long to keep yielding before parking (zero: park right after polling).
+    /// How long to keep yielding before parking (zero: park right after polling). A task waiting
+    /// for records (the `async` feature) yields to its executor for this long, counted from its
+    /// first poll that found nothing: each such poll wakes the task itself and returns `Pending`,
+    /// so the executor runs its other tasks before polling it again; then it parks.
     pub fn yield_for(mut self, d: Duration) -> Self {
         self.yield_for = d;
         self

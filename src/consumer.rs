@@ -63,9 +63,9 @@ pub struct Consumer<T: Send + Sync + 'static> {
     /// Where each partition started, for a rollback with nothing committed.
     started: Vec<u64>,
     reset: Reset,
-    /// Whether this consumer, polled as a `Stream`, is announced as parked (`crate::stream`).
+    /// This consumer's wait as a `Stream` across polls (`crate::stream`).
     #[cfg(feature = "async")]
-    pub(crate) announced: bool,
+    pub(crate) task_wait: crate::stream::TaskWait,
 }
 
 impl<T: Send + Sync + 'static> fmt::Debug for Consumer<T> {
@@ -105,7 +105,7 @@ impl<T: Send + Sync + 'static> Consumer<T> {
             started,
             reset: Reset::Earliest,
             #[cfg(feature = "async")]
-            announced: false,
+            task_wait: crate::stream::TaskWait::default(),
         })
     }
 

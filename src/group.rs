@@ -366,7 +366,7 @@ impl<T: Send + Sync + 'static> Group<T> {
             pending: None,
             next: 0,
             #[cfg(feature = "async")]
-            announced: false,
+            task_wait: crate::stream::TaskWait::default(),
         };
         // Made first, so that an assignor's panic leaves through `m`'s drop, which frees the name.
         if let Err(panic) = self.shared.rebalance() {
@@ -423,9 +423,9 @@ pub struct GroupMember<T: Send + Sync + 'static> {
     /// A change made at join time, reported by the first poll.
     pending: Option<Rebalance>,
     next: usize,
-    /// Whether this member, polled as a `Stream`, is announced as parked (`crate::stream`).
+    /// This member's wait as a `Stream` across polls (`crate::stream`).
     #[cfg(feature = "async")]
-    pub(crate) announced: bool,
+    pub(crate) task_wait: crate::stream::TaskWait,
 }
 
 impl<T: Send + Sync + 'static> fmt::Debug for GroupMember<T> {

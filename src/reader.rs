@@ -97,9 +97,10 @@ pub struct Reader<T: Send + Sync + 'static> {
     /// `wait::pause_after`); a set of readers waited on together keeps it in its first (see
     /// `wait::count_once`).
     pub(crate) waits_on: CountedWait,
-    /// Whether this reader, polled as a `Stream`, is announced as parked (see `crate::stream`).
+    /// This reader's wait as a `Stream` across polls: its yielding, its announcement as parked
+    /// (see `crate::stream`).
     #[cfg(feature = "async")]
-    pub(crate) announced: bool,
+    pub(crate) task_wait: crate::stream::TaskWait,
 }
 
 impl<T: Send + Sync + 'static> Reader<T> {
@@ -142,7 +143,7 @@ impl<T: Send + Sync + 'static> Reader<T> {
             yielded_at: 0,
             waits_on: CountedWait::new(ProcessCount),
             #[cfg(feature = "async")]
-            announced: false,
+            task_wait: crate::stream::TaskWait::default(),
         }
     }
 

@@ -1,11 +1,21 @@
 //! Async readers, consumers and group members (the `async` feature): `next_async` / `poll_async`
 //! futures and `futures_core::Stream`, runtime-agnostic.
 //!
-//! A task waits the way a thread parks (see [`crate::wait`] and the log's `Waker`): it checks for
-//! records, stores its task waker beside the futex word, announces itself as parked in every log it
-//! reads (the word, the logs' parked counts, the heavy barrier), checks again, and only then returns
-//! `Pending`. A publisher that finds a parked reader wakes the futex and the task waker alike; a
-//! publisher that finds none does no more work than without async (I5).
+//! A task waits the way a thread does (see [`crate::wait`] and the log's `Waker`). First it yields:
+//! for the topic's [`WaitStrategy::yield_for`](crate::WaitStrategy::yield_for) from the first poll
+//! that found nothing, each such poll wakes its own task and returns `Pending`, so the executor
+//! runs its other tasks and polls this one again, as a thread yields its core and looks again.
+//! Then it parks: it stores its task waker beside the futex word, announces itself as parked in
+//! every log it reads (the word, the logs' parked counts, the heavy barrier), checks again, and
+//! only then returns `Pending`. A publisher that finds a parked reader wakes the futex and the task
+//! waker alike; a publisher that finds none does no more work than without async (I5).
+//!
+//! The yielding spares a stream that pauses briefly the announcement's heavy barrier (an interrupt
+//! to every other core running the process, several microseconds on a VM) and the wake-up; a task
+//! that announced at every poll finding nothing paid it each time it caught up with its publisher,
+//! and then waited for the wake-up (the harness's `async` scenario measures both; see
+//! `perf/README.md`). [`WaitStrategy::park_at_once`](crate::WaitStrategy::park_at_once) parks at
+//! the first poll that finds nothing, as before.
 //!
 //! The announcement is withdrawn at the next poll, when the future completes, and when a pending
 //! future (or a reader polled as a stream) is dropped, so a cancelled wait (a `select!` that took
@@ -26,6 +36,7 @@ use std::{
 use futures_core::Stream;
 
 use crate::{
+    clock,
     config::Overflow,
     consumer::Consumer,
     error::{PublishError, ReadError},
@@ -37,33 +48,75 @@ use crate::{
     wait::scan,
 };
 
+/// A task's wait, carried from poll to poll: by the future, or by the reader, consumer or group
+/// member polled as a stream.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct TaskWait {
+    /// Announced as parked in the logs it reads ([`poll_ready`]).
+    announced: bool,
+    /// When a poll first found nothing ([`clock::now_nanos`]); 0 once a poll found records.
+    idle_since: u64,
+}
+
+impl TaskWait {
+    /// Whether a poll that found nothing yields (wakes its own task and returns `Pending`) rather
+    /// than park: until `yield_for` has passed since the first such poll. Zero yields never.
+    fn keeps_yielding(&mut self, yield_for: u64) -> bool {
+        if yield_for == 0 {
+            return false;
+        }
+        let now = clock::now_nanos().max(1);
+        if self.idle_since == 0 {
+            self.idle_since = now;
+            return true;
+        }
+        now.saturating_sub(self.idle_since) < yield_for
+    }
+}
+
 /// One poll of an async wait over `readers` (sharing `waker`): the index of a reader with records
-/// ready, an error, or `Pending` with the task announced (`*announced` set).
+/// ready, an error, or `Pending`, either yielding (the task woken already) or with the task
+/// announced (`wait.announced` set).
 fn poll_ready<T: Send + Sync + 'static>(
     readers: &mut [Reader<T>],
     from: usize,
     waker: &Waker,
-    announced: &mut bool,
+    wait: &mut TaskWait,
     cx: &mut Context<'_>,
     limit: u64,
 ) -> Poll<Result<usize, (usize, ReadError)>> {
-    withdraw(readers, waker, announced);
+    withdraw(readers, waker, &mut wait.announced);
     match scan(readers, from, limit) {
-        Ok(Some(i)) => return Poll::Ready(Ok(i)),
-        Err(e) => return Poll::Ready(Err(e)),
+        Ok(Some(i)) => {
+            wait.idle_since = 0;
+            return Poll::Ready(Ok(i));
+        }
+        Err(e) => {
+            wait.idle_since = 0;
+            return Poll::Ready(Err(e));
+        }
         Ok(None) => {}
+    }
+    // The readers of a set share a topic, and so its wait strategy; a set of none parks at once.
+    let yield_for = readers
+        .first()
+        .map_or(0, |r| r.log().wait.yield_for.as_nanos() as u64);
+    if wait.keeps_yielding(yield_for) {
+        cx.waker().wake_by_ref();
+        return Poll::Pending;
     }
     waker.set_task(cx.waker());
     for r in readers.iter_mut() {
         r.publish_position();
     }
     with_logs(readers, |logs| Log::announce(logs, waker));
-    *announced = true;
+    wait.announced = true;
     // The re-check after announcing: either it sees the record, or the publisher sees us (I5).
     match scan(readers, from, limit) {
         Ok(None) => Poll::Pending,
         found => {
-            withdraw(readers, waker, announced);
+            withdraw(readers, waker, &mut wait.announced);
+            wait.idle_since = 0;
             Poll::Ready(found.map(|i| i.expect("checked above")))
         }
     }
@@ -100,7 +153,7 @@ fn leave<T: Send + Sync + 'static>(readers: &[Reader<T>], waker: &Waker, announc
 
 /// A reader polled as a stream and dropped while pending withdraws here.
 pub(crate) fn leave_one<T: Send + Sync + 'static>(reader: &mut Reader<T>) {
-    let mut announced = std::mem::take(&mut reader.announced);
+    let mut announced = std::mem::take(&mut reader.task_wait.announced);
     if announced {
         let waker = Arc::clone(reader.waker());
         leave(std::slice::from_ref(reader), &waker, &mut announced);
@@ -111,18 +164,21 @@ pub(crate) fn leave_one<T: Send + Sync + 'static>(reader: &mut Reader<T>) {
 /// reference-count traffic on the common path); otherwise the full wait step of [`poll_ready`].
 fn poll_one<T: Send + Sync + 'static>(
     reader: &mut Reader<T>,
-    announced: &mut bool,
+    wait: &mut TaskWait,
     cx: &mut Context<'_>,
 ) -> Poll<Result<(), ReadError>> {
-    if !*announced {
+    if !wait.announced {
         match reader.poll_ready(SCAN) {
-            Ok(true) => return Poll::Ready(Ok(())),
+            Ok(true) => {
+                wait.idle_since = 0;
+                return Poll::Ready(Ok(()));
+            }
             Err(e) => return Poll::Ready(Err(e)),
             Ok(false) => {}
         }
     }
     let waker = Arc::clone(reader.waker());
-    poll_ready(std::slice::from_mut(reader), 0, &waker, announced, cx, SCAN)
+    poll_ready(std::slice::from_mut(reader), 0, &waker, wait, cx, SCAN)
         .map(|r| r.map(|_| ()).map_err(|(_, e)| e))
 }
 
@@ -144,7 +200,7 @@ impl<T: Send + Sync + 'static> Reader<T> {
     pub fn next_async(&mut self) -> NextRecord<'_, T> {
         NextRecord {
             reader: Some(self),
-            announced: false,
+            wait: TaskWait::default(),
         }
     }
 }
@@ -153,7 +209,7 @@ impl<T: Send + Sync + 'static> Reader<T> {
 #[must_use = "futures do nothing unless polled"]
 pub struct NextRecord<'r, T: Send + Sync + 'static> {
     reader: Option<&'r mut Reader<T>>,
-    announced: bool,
+    wait: TaskWait,
 }
 
 impl<T: Send + Sync + 'static> fmt::Debug for NextRecord<'_, T> {
@@ -173,7 +229,7 @@ impl<'r, T: Send + Sync + 'static> Future for NextRecord<'r, T> {
             .reader
             .as_mut()
             .expect("NextRecord polled after it completed");
-        match poll_one(reader, &mut this.announced, cx) {
+        match poll_one(reader, &mut this.wait, cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
             Poll::Ready(Ok(())) => {
@@ -186,9 +242,13 @@ impl<'r, T: Send + Sync + 'static> Future for NextRecord<'r, T> {
 
 impl<T: Send + Sync + 'static> Drop for NextRecord<'_, T> {
     fn drop(&mut self) {
-        if let (Some(reader), true) = (self.reader.as_ref(), self.announced) {
+        if let (Some(reader), true) = (self.reader.as_ref(), self.wait.announced) {
             let waker = Arc::clone(reader.waker());
-            leave(std::slice::from_ref(*reader), &waker, &mut self.announced);
+            leave(
+                std::slice::from_ref(*reader),
+                &waker,
+                &mut self.wait.announced,
+            );
         }
     }
 }
@@ -201,9 +261,9 @@ impl<T: Clone + Send + Sync + 'static> Stream for Reader<T> {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
-        let mut announced = this.announced;
-        let polled = poll_one(this, &mut announced, cx);
-        this.announced = announced;
+        let mut wait = this.task_wait;
+        let polled = poll_one(this, &mut wait, cx);
+        this.task_wait = wait;
         match polled {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Err(ReadError::Closed)) => Poll::Ready(None),
@@ -232,7 +292,7 @@ impl<T: Send + Sync + 'static> Consumer<T> {
         PollBatch {
             consumer: Some(self),
             max: max.max(1) as u64,
-            announced: false,
+            wait: TaskWait::default(),
         }
     }
 }
@@ -242,7 +302,7 @@ impl<T: Send + Sync + 'static> Consumer<T> {
 pub struct PollBatch<'c, T: Send + Sync + 'static> {
     consumer: Option<&'c mut Consumer<T>>,
     max: u64,
-    announced: bool,
+    wait: TaskWait,
 }
 
 impl<T: Send + Sync + 'static> fmt::Debug for PollBatch<'_, T> {
@@ -269,7 +329,7 @@ impl<'c, T: Send + Sync + 'static> Future for PollBatch<'c, T> {
             consumer.readers_mut(),
             from,
             &waker,
-            &mut this.announced,
+            &mut this.wait,
             cx,
             this.max,
         );
@@ -286,9 +346,9 @@ impl<'c, T: Send + Sync + 'static> Future for PollBatch<'c, T> {
 
 impl<T: Send + Sync + 'static> Drop for PollBatch<'_, T> {
     fn drop(&mut self) {
-        if let (Some(consumer), true) = (self.consumer.as_mut(), self.announced) {
+        if let (Some(consumer), true) = (self.consumer.as_mut(), self.wait.announced) {
             let waker = consumer.waker();
-            leave(consumer.readers_mut(), &waker, &mut self.announced);
+            leave(consumer.readers_mut(), &waker, &mut self.wait.announced);
         }
     }
 }
@@ -302,9 +362,9 @@ impl<T: Clone + Send + Sync + 'static> Stream for Consumer<T> {
         let this = self.get_mut();
         let waker = this.waker();
         let from = this.rotation();
-        let mut announced = this.announced;
-        let polled = poll_ready(this.readers_mut(), from, &waker, &mut announced, cx, 1);
-        this.announced = announced;
+        let mut wait = this.task_wait;
+        let polled = poll_ready(this.readers_mut(), from, &waker, &mut wait, cx, 1);
+        this.task_wait = wait;
         match polled {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Err((_, ReadError::Closed))) => Poll::Ready(None),
@@ -320,7 +380,7 @@ impl<T: Clone + Send + Sync + 'static> Stream for Consumer<T> {
 
 impl<T: Send + Sync + 'static> Drop for Consumer<T> {
     fn drop(&mut self) {
-        let mut announced = std::mem::take(&mut self.announced);
+        let mut announced = std::mem::take(&mut self.task_wait.announced);
         if announced {
             let waker = self.waker();
             leave(self.readers_mut(), &waker, &mut announced);
@@ -336,7 +396,7 @@ impl<T: Send + Sync + 'static> GroupMember<T> {
         PollGroup {
             member: Some(self),
             max: max.max(1) as u64,
-            announced: false,
+            wait: TaskWait::default(),
         }
     }
 }
@@ -346,7 +406,7 @@ impl<T: Send + Sync + 'static> GroupMember<T> {
 pub struct PollGroup<'m, T: Send + Sync + 'static> {
     member: Option<&'m mut GroupMember<T>>,
     max: u64,
-    announced: bool,
+    wait: TaskWait,
 }
 
 impl<T: Send + Sync + 'static> fmt::Debug for PollGroup<'_, T> {
@@ -358,17 +418,18 @@ impl<T: Send + Sync + 'static> fmt::Debug for PollGroup<'_, T> {
     }
 }
 
-/// One poll of a member: a ready reader's index, a rebalance or error, or `Pending` (announced).
+/// One poll of a member: a ready reader's index, a rebalance or error, or `Pending` (yielding, or
+/// announced).
 fn poll_member<T: Send + Sync + 'static>(
     member: &mut GroupMember<T>,
-    announced: &mut bool,
+    wait: &mut TaskWait,
     cx: &mut Context<'_>,
     max: u64,
 ) -> Poll<Result<usize, GroupError>> {
     loop {
         // Withdraw before syncing: a rebalance changes the readers the announcement was made in.
         let (readers, _, waker) = member.async_parts();
-        withdraw(readers, &waker, announced);
+        withdraw(readers, &waker, &mut wait.announced);
         if let Some(r) = member.sync_async() {
             return Poll::Ready(Err(GroupError::Rebalanced(r)));
         }
@@ -378,7 +439,7 @@ fn poll_member<T: Send + Sync + 'static>(
             return Poll::Ready(Err(GroupError::Read(ReadError::Closed)));
         }
         let (readers, from, waker) = member.async_parts();
-        match poll_ready(readers, from, &waker, announced, cx, max) {
+        match poll_ready(readers, from, &waker, wait, cx, max) {
             Poll::Ready(Ok(i)) => return Poll::Ready(Ok(i)),
             // All of ours read to their closed end: `Closed` once the whole group is done (see
             // `GroupMember::group_done`). Until then, wait as a task, announced in no log: a
@@ -411,7 +472,7 @@ impl<'m, T: Send + Sync + 'static> Future for PollGroup<'m, T> {
             .member
             .as_mut()
             .expect("PollGroup polled after it completed");
-        match poll_member(member, &mut this.announced, cx, this.max) {
+        match poll_member(member, &mut this.wait, cx, this.max) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
             Poll::Ready(Ok(i)) => {
@@ -424,9 +485,9 @@ impl<'m, T: Send + Sync + 'static> Future for PollGroup<'m, T> {
 
 impl<T: Send + Sync + 'static> Drop for PollGroup<'_, T> {
     fn drop(&mut self) {
-        if let (Some(member), true) = (self.member.as_mut(), self.announced) {
+        if let (Some(member), true) = (self.member.as_mut(), self.wait.announced) {
             let (readers, _, waker) = member.async_parts();
-            leave(readers, &waker, &mut self.announced);
+            leave(readers, &waker, &mut self.wait.announced);
         }
     }
 }
@@ -439,9 +500,9 @@ impl<T: Clone + Send + Sync + 'static> Stream for GroupMember<T> {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
-        let mut announced = this.announced;
-        let polled = poll_member(this, &mut announced, cx, 1);
-        this.announced = announced;
+        let mut wait = this.task_wait;
+        let polled = poll_member(this, &mut wait, cx, 1);
+        this.task_wait = wait;
         match polled {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Err(GroupError::Read(ReadError::Closed))) => Poll::Ready(None),
@@ -457,7 +518,7 @@ impl<T: Clone + Send + Sync + 'static> Stream for GroupMember<T> {
 
 /// A member polled as a stream and dropped while pending withdraws here.
 pub(crate) fn leave_member<T: Send + Sync + 'static>(member: &mut GroupMember<T>) {
-    let mut announced = std::mem::take(&mut member.announced);
+    let mut announced = std::mem::take(&mut member.task_wait.announced);
     if announced {
         let (readers, _, waker) = member.async_parts();
         leave(readers, &waker, &mut announced);

@@ -5,7 +5,11 @@
 use std::{
     future::Future,
     pin::pin,
-    task::{Context, Poll},
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc,
+    },
+    task::{Context, Poll, Wake, Waker},
     time::Duration,
 };
 
@@ -215,6 +219,133 @@ fn a_pending_future_is_parked_and_dropping_it_withdraws() {
     };
     assert_eq!(*r, 2);
     assert_eq!(topic.stats().partitions[0].parked_readers, 0);
+}
+
+/// A task waker that counts its wakes.
+#[derive(Default)]
+struct Counting(AtomicUsize);
+
+impl Wake for Counting {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+fn counting_waker() -> (Arc<Counting>, Waker) {
+    let count = Arc::new(Counting::default());
+    (Arc::clone(&count), Waker::from(count))
+}
+
+fn wakes(count: &Counting) -> usize {
+    count.0.load(Ordering::SeqCst)
+}
+
+/// (parked readers, parks, wake-ups) of partition 0.
+fn parking(topic: &Topic<u64>) -> (u64, u64, u64) {
+    let p = &topic.stats().partitions[0];
+    (p.parked_readers, p.parks, p.wakeups)
+}
+
+/// Within the strategy's `yield_for` of its first empty poll, a waiting task yields: the poll
+/// wakes the task itself and returns `Pending`, announcing nothing, so a publish then has nobody
+/// to wake and the next poll takes the record.
+#[test]
+fn a_waiting_task_yields_before_it_parks() {
+    let wait = WaitStrategy::default().yield_for(Duration::from_secs(3600));
+    let topic: Topic<u64> = Topic::new("yield", TopicConfig::default().wait(wait)).unwrap();
+    let mut reader = topic.reader(0, Start::Earliest).unwrap();
+    let (count, waker) = counting_waker();
+    let mut cx = Context::from_waker(&waker);
+    let mut next = pin!(reader.next_async());
+    for polls in 1..=3 {
+        assert!(next.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(wakes(&count), polls, "each empty poll wakes its own task");
+        assert_eq!(parking(&topic), (0, 0, 0), "and announces nothing");
+    }
+    topic.publish(5).unwrap();
+    assert_eq!(parking(&topic), (0, 0, 0), "nobody parked: no wake-up");
+    let Poll::Ready(Ok(r)) = next.as_mut().poll(&mut cx) else {
+        panic!("the record is ready")
+    };
+    assert_eq!((r.offset(), *r), (0, 5));
+}
+
+/// Once `yield_for` has passed since its first empty poll, a task parks as a thread does: the
+/// poll announces it and does not wake it, a publish wakes it; a record found starts the next
+/// wait's yielding afresh. Through a future, a reader polled as a stream (whose wait lasts
+/// from poll to poll), and a consumer's `poll_async`.
+#[test]
+fn a_waiting_task_parks_once_its_yielding_is_over() {
+    let yield_for = Duration::from_millis(2);
+    let wait = WaitStrategy::default().yield_for(yield_for);
+    let config = || TopicConfig::default().wait(wait);
+    let past_it = || std::thread::sleep(yield_for * 3);
+
+    // A future per record.
+    let topic: Topic<u64> = Topic::new("park-future", config()).unwrap();
+    let mut reader = topic.reader(0, Start::Earliest).unwrap();
+    let (count, waker) = counting_waker();
+    let mut cx = Context::from_waker(&waker);
+    {
+        let mut next = pin!(reader.next_async());
+        assert!(next.as_mut().poll(&mut cx).is_pending());
+        assert_eq!((wakes(&count), parking(&topic)), (1, (0, 0, 0)));
+        past_it();
+        assert!(next.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(
+            (wakes(&count), parking(&topic)),
+            (1, (1, 1, 0)),
+            "parked, not woken"
+        );
+        topic.publish(1).unwrap();
+        assert_eq!((wakes(&count), parking(&topic)), (2, (1, 1, 1)), "woken");
+        let Poll::Ready(Ok(r)) = next.as_mut().poll(&mut cx) else {
+            panic!("woken with the record ready")
+        };
+        assert_eq!((*r, parking(&topic)), (1, (0, 1, 1)), "and withdrawn");
+    }
+
+    // A stream: the yielding's start is kept in the reader between polls, and reset by a record.
+    let topic: Topic<u64> = Topic::new("park-stream", config()).unwrap();
+    let mut stream = topic.reader(0, Start::Earliest).unwrap();
+    let (count, waker) = counting_waker();
+    let mut cx = Context::from_waker(&waker);
+    assert!(stream.poll_next_unpin(&mut cx).is_pending());
+    past_it();
+    assert!(stream.poll_next_unpin(&mut cx).is_pending());
+    assert_eq!((wakes(&count), parking(&topic)), (1, (1, 1, 0)));
+    topic.publish(2).unwrap();
+    let Poll::Ready(Some(Ok(r))) = stream.poll_next_unpin(&mut cx) else {
+        panic!("woken with the record ready")
+    };
+    assert_eq!((r.value, wakes(&count)), (2, 2));
+    assert!(stream.poll_next_unpin(&mut cx).is_pending());
+    assert_eq!(
+        (wakes(&count), parking(&topic)),
+        (3, (0, 1, 1)),
+        "a new wait yields first"
+    );
+
+    // A consumer's batch.
+    let topic: Topic<u64> = Topic::new("park-consumer", config()).unwrap();
+    let mut consumer = topic.consumer("c", Start::Earliest).unwrap();
+    let (count, waker) = counting_waker();
+    let mut cx = Context::from_waker(&waker);
+    let mut poll = pin!(consumer.poll_async(8));
+    assert!(poll.as_mut().poll(&mut cx).is_pending());
+    assert_eq!((wakes(&count), parking(&topic)), (1, (0, 0, 0)));
+    past_it();
+    assert!(poll.as_mut().poll(&mut cx).is_pending());
+    assert_eq!((wakes(&count), parking(&topic)), (1, (1, 1, 0)));
+    topic.publish(3).unwrap();
+    assert_eq!(wakes(&count), 2);
+    let Poll::Ready(Ok(batch)) = poll.as_mut().poll(&mut cx) else {
+        panic!("woken with the record ready")
+    };
+    assert_eq!(batch.values().copied().collect::<Vec<_>>(), [3]);
 }
 
 /// The iterator adapters (no feature needed, tested here beside the streams they mirror).
