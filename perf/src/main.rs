@@ -33,6 +33,7 @@ use hdrhistogram::Histogram;
 use logbus::{Overflow, ReadError, Reader, Start, Topic, TopicConfig};
 
 mod ceiling;
+mod tasks;
 
 // ------------------------------------------------------------------------------------------------
 // Placement.
@@ -1334,6 +1335,19 @@ fn run_order(run: usize, n: usize) -> Vec<usize> {
     order
 }
 
+/// Where the `async` scenario's threads go: the producer on the first core, the runtime thread
+/// running every subscriber task where the first subscriber thread would be.
+fn tasks_placement(pins: &Pins, subs: usize) -> String {
+    match pins.cores.first() {
+        None => format!("{subs} subscriber task(s) on one runtime thread, unpinned"),
+        Some(c) => format!(
+            "1 producer on core [{}], {subs} subscriber task(s) on one current-thread tokio runtime on core [{}]",
+            c.id,
+            pins.subscriber_core(0)
+        ),
+    }
+}
+
 /// Runs `$f` for each contender, in the order [`run_order`] gives for run `$run`, and returns
 /// what each gave (whatever `$f` gives: a figure, or a latency run's five) in the list's order.
 macro_rules! each_bus {
@@ -1378,6 +1392,25 @@ macro_rules! each_bus {
             (&BusCrate, false),
             (&MultiQueue, false),
             (&MutexLog, false)
+        )
+    };
+    // The `async` scenario's: subscribers as tasks (see `tasks`).
+    (tasks $f:ident, $run:expr) => {
+        each_bus!(@in_order $f, $run;
+            (
+                &tasks::LogbusTasks { name: "logbus single producer, ring-like, tasks", park_at_once: false },
+                true
+            ),
+            (
+                &tasks::LogbusTasks {
+                    name: "logbus single producer, ring-like, tasks parking at once",
+                    park_at_once: true
+                },
+                true
+            ),
+            (&tasks::TokioBroadcastTasks, false),
+            (&tasks::TokioMpscTasks, false),
+            (&tasks::KanalTasks, false)
         )
     };
     (@in_order $f:ident, $run:expr; $(($bus:expr, $ours:expr)),* $(,)?) => {{
@@ -1599,7 +1632,7 @@ fn main() {
                 o.slow_samples = (o.samples / 10).max(100);
             }
             w @ ("all" | "tput" | "batch" | "ceiling" | "lat" | "lat-fast" | "lat-slow"
-            | "idle" | "memory" | "floor") => o.what = w.to_owned(),
+            | "async" | "idle" | "memory" | "floor") => o.what = w.to_owned(),
             other => {
                 eprintln!("unknown argument {other}");
                 std::process::exit(2);
@@ -1608,7 +1641,9 @@ fn main() {
         i += 1;
     }
     let pins = Pins::new();
-    let want = |s: &str| o.what == "all" || o.what == s;
+    // `async` names its throughput tables and its two latency ones (`async-lat`, `async-lat-slow`).
+    let want =
+        |s: &str| o.what == "all" || o.what == s || (o.what == "async" && s.starts_with("async-"));
     let mut r = Report::default();
     r.line("# logbus perf: side by side");
     r.line(&format!(
@@ -1639,12 +1674,19 @@ fn main() {
             pins.subscriber_core(0)
         ));
     }
-    for (scenario, batch) in [("tput", false), ("batch", true)] {
+    for (scenario, batch, in_tasks) in [
+        ("tput", false, false),
+        ("batch", true, false),
+        ("async", false, true),
+    ] {
         if !want(scenario) {
             continue;
         }
         for (producers, subs) in [(1usize, 1usize), (1, 2), (1, 4), (2, 2)] {
-            if o.subs.is_some_and(|n| n != subs) || o.producers.is_some_and(|n| n != producers) {
+            if o.subs.is_some_and(|n| n != subs)
+                || o.producers.is_some_and(|n| n != producers)
+                || (in_tasks && producers > 1)
+            {
                 continue;
             }
             let mut kept = Kept::new(run_wait, max_redos, floor_now(&pins));
@@ -1666,7 +1708,11 @@ fn main() {
                         (bus.name(), $ours, v)
                     }};
                 }
-                let results = each_bus!(go, run);
+                let results = if in_tasks {
+                    each_bus!(tasks go, run)
+                } else {
+                    each_bus!(go, run)
+                };
                 for (k, (name, ours, v)) in results.into_iter().enumerate() {
                     if run == 0 {
                         rows.push((name, ours, Vec::new()));
@@ -1676,10 +1722,14 @@ fn main() {
                     }
                 }
             }
+            let placement = if in_tasks {
+                tasks_placement(&pins.within(o.cores), subs)
+            } else {
+                pins.within(o.cores).describe(producers, subs)
+            };
             r.table(
                 &format!(
-                    "## {scenario} {producers}→{subs} (Mmsg/s of the slowest subscriber; {}; floor {}{})",
-                    pins.within(o.cores).describe(producers, subs),
+                    "## {scenario} {producers}→{subs} (Mmsg/s of the slowest subscriber; {placement}; floor {}{})",
                     kept.floor(),
                     kept.redone_note()
                 ),
@@ -1693,15 +1743,24 @@ fn main() {
         let mut kept = Kept::new(run_wait, max_redos, floor_now(&pins));
         ceiling_table(&mut r, &o, &pins, &mut kept);
     }
-    for (scenario, period, samples) in [
-        ("lat", o.period, o.samples),
-        ("lat-fast", Duration::from_nanos(300), o.samples),
-        ("lat-slow", Duration::from_micros(50), o.slow_samples),
+    for (scenario, period, samples, in_tasks) in [
+        ("lat", o.period, o.samples, false),
+        ("lat-fast", Duration::from_nanos(300), o.samples, false),
+        ("lat-slow", Duration::from_micros(50), o.slow_samples, false),
+        ("async-lat", o.period, o.samples, true),
+        (
+            "async-lat-slow",
+            Duration::from_micros(50),
+            o.slow_samples,
+            true,
+        ),
     ] {
         if !want(scenario) {
             continue;
         }
-        for subs in [1usize, 2] {
+        // Tasks: 1→1 only (the subscribers of a run share one runtime thread).
+        for subs in if in_tasks { &[1usize][..] } else { &[1, 2] } {
+            let subs = *subs;
             let mut kept = Kept::new(run_wait, max_redos, floor_now(&pins));
             // Where the readers share a core, the second to see a record waits for the core.
             let shared = (1..subs).any(|i| pins.subscriber_core(i) == pins.subscriber_core(0));
@@ -1734,7 +1793,12 @@ fn main() {
                         (bus.name(), $ours, v)
                     }};
                 }
-                for (k, (name, ours, v)) in each_bus!(go, run).into_iter().enumerate() {
+                let results = if in_tasks {
+                    each_bus!(tasks go, run)
+                } else {
+                    each_bus!(go, run)
+                };
+                for (k, (name, ours, v)) in results.into_iter().enumerate() {
                     if run == 0 {
                         rows.push((name, ours, Vec::new()));
                     }
