@@ -78,7 +78,9 @@ pub enum Overflow {
 /// A task waiting for records (the `async` feature) cannot spin or yield its thread: it yields to
 /// its executor instead, for `yield_for` from its first poll that found nothing (each such poll
 /// wakes the task itself and returns `Pending`), then parks as a thread does, its task waker
-/// beside its futex word. `spin_polls` and `yield_after_batch` do not apply to tasks.
+/// beside its futex word. A publishing task blocked by [`Overflow::Block`] does the same before it
+/// waits for room. `spin_polls` and `yield_after_batch` do not apply to tasks, nor does a blocked
+/// publisher's lengthening of its yielding.
 ///
 /// The defaults were measured on a 2-core VM (see the README): polling lands a record paced every
 /// 2 µs within ~100 ns; yielding before parking avoids the ~19 µs futex wake-up for records paced up
@@ -111,9 +113,10 @@ impl WaitStrategy {
     }
 
     /// How long to keep yielding before parking (zero: park right after polling). A task waiting
-    /// for records (the `async` feature) yields to its executor for this long, counted from its
-    /// first poll that found nothing: each such poll wakes the task itself and returns `Pending`,
-    /// so the executor runs its other tasks before polling it again; then it parks.
+    /// for records or for room (the `async` feature) yields to its executor for this long,
+    /// counted from its first poll that found none: each such poll wakes the task itself and
+    /// returns `Pending`, so the executor runs its other tasks before polling it again; then it
+    /// parks.
     pub fn yield_for(mut self, d: Duration) -> Self {
         self.yield_for = d;
         self

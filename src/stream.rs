@@ -15,7 +15,9 @@
 //! that announced at every poll finding nothing paid it each time it caught up with its publisher,
 //! and then waited for the wake-up (the harness's `async` scenario measures both; see
 //! `perf/README.md`). [`WaitStrategy::park_at_once`](crate::WaitStrategy::park_at_once) parks at
-//! the first poll that finds nothing, as before.
+//! the first poll that finds nothing, as before. A publishing task blocked by
+//! [`Overflow::Block`](crate::Overflow::Block) (`Topic::publish_async`) yields the same way before
+//! it announces itself blocked.
 //!
 //! The announcement is withdrawn at the next poll, when the future completes, and when a pending
 //! future (or a reader polled as a stream) is dropped, so a cancelled wait (a `select!` that took
@@ -49,7 +51,8 @@ use crate::{
 };
 
 /// A task's wait, carried from poll to poll: by the future, or by the reader, consumer or group
-/// member polled as a stream.
+/// member polled as a stream. A blocked `publish_async` keeps one too (`announced`: counted
+/// blocked in its log).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct TaskWait {
     /// Announced as parked in the logs it reads ([`poll_ready`]).
@@ -550,7 +553,7 @@ impl<T: Send + Sync + 'static> Topic<T> {
             topic: self,
             partition: self.next_partition(),
             value: Some(value),
-            announced: false,
+            wait: TaskWait::default(),
         }
     }
 }
@@ -561,7 +564,7 @@ pub struct PublishAsync<'t, T: Send + Sync + 'static> {
     topic: &'t Topic<T>,
     partition: u32,
     value: Option<T>,
-    announced: bool,
+    wait: TaskWait,
 }
 
 impl<T: Send + Sync + 'static> fmt::Debug for PublishAsync<'_, T> {
@@ -583,7 +586,7 @@ impl<T: Send + Sync + 'static> Future for PublishAsync<'_, T> {
         let this = self.get_mut();
         let log = this.topic.partition_log(this.partition);
         loop {
-            if std::mem::take(&mut this.announced) {
+            if std::mem::take(&mut this.wait.announced) {
                 log.withdraw_blocked();
             }
             let value = this
@@ -595,8 +598,14 @@ impl<T: Send + Sync + 'static> Future for PublishAsync<'_, T> {
                     if this.topic.config().overflow == Overflow::Block =>
                 {
                     this.value = Some(value);
+                    // Yielding first, as a waiting reader's task does (see `poll_ready`).
+                    let yield_for = this.topic.config().wait.yield_for.as_nanos() as u64;
+                    if this.wait.keeps_yielding(yield_for) {
+                        cx.waker().wake_by_ref();
+                        return Poll::Pending;
+                    }
                     log.announce_blocked(cx.waker());
-                    this.announced = true;
+                    this.wait.announced = true;
                     // The re-check after announcing: either it sees the room a reader made, or
                     // that reader sees us and wakes the task (the handshake of `wait_for_room`).
                     if !log.room_for_one() {
@@ -611,7 +620,7 @@ impl<T: Send + Sync + 'static> Future for PublishAsync<'_, T> {
 
 impl<T: Send + Sync + 'static> Drop for PublishAsync<'_, T> {
     fn drop(&mut self) {
-        if self.announced {
+        if self.wait.announced {
             self.topic.partition_log(self.partition).withdraw_blocked();
         }
     }

@@ -596,6 +596,58 @@ fn publish_async_waits_under_block(single: bool) {
     assert_eq!(got, (0..100).collect::<Vec<_>>());
 }
 
+/// Reads `expected`, then looks again, finding nothing: the reader reports its position, which
+/// makes the room a publisher under `Block` waits for.
+fn read_one(reader: &mut logbus::Reader<u64>, expected: u64) {
+    assert_eq!(*reader.try_next().unwrap(), expected);
+    assert_eq!(reader.try_next().unwrap_err(), ReadError::Empty);
+}
+
+/// A publishing task blocked by `Block` yields first, as a reading task does: the poll wakes the
+/// task itself and a reader making room has nobody to wake; once `yield_for` has passed it waits
+/// announced, the poll no longer wakes it and the reader's read does. Single and many producers.
+#[test]
+fn a_blocked_publishing_task_yields_then_waits_for_room() {
+    use logbus::Overflow;
+    for single in [false, true] {
+        let yield_for = Duration::from_millis(2);
+        let mut config = TopicConfig::default()
+            .max_records(1)
+            .overflow(Overflow::Block)
+            .wait(WaitStrategy::default().yield_for(yield_for));
+        if single {
+            config = config.single_producer();
+        }
+        let topic: Topic<u64> = Topic::new("gate", config).unwrap();
+        let mut reader = topic.reader(0, Start::Earliest).unwrap();
+        let (count, waker) = counting_waker();
+        let mut cx = Context::from_waker(&waker);
+        topic.publish(0).unwrap();
+        let mut publish = pin!(topic.publish_async(1));
+        assert!(publish.as_mut().poll(&mut cx).is_pending(), "full");
+        assert_eq!(wakes(&count), 1, "yielding: woken by its own poll");
+        read_one(&mut reader, 0);
+        assert_eq!(wakes(&count), 1, "not announced: the read wakes nobody");
+        let Poll::Ready(Ok(p)) = publish.as_mut().poll(&mut cx) else {
+            panic!("room after the read")
+        };
+        assert_eq!(p.offset, 1);
+
+        let mut publish = pin!(topic.publish_async(2));
+        assert!(publish.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(wakes(&count), 2);
+        std::thread::sleep(yield_for * 3);
+        assert!(publish.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(wakes(&count), 2, "announced: not woken by its poll");
+        read_one(&mut reader, 1);
+        assert_eq!(wakes(&count), 3, "the read made room and woke it");
+        let Poll::Ready(Ok(p)) = publish.as_mut().poll(&mut cx) else {
+            panic!("room after the read")
+        };
+        assert_eq!(p.offset, 2);
+    }
+}
+
 /// Closing the topic wakes an async publisher waiting for room; it gets its value back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn close_wakes_a_waiting_async_publisher() {
