@@ -405,7 +405,13 @@ trait Tx: Send {
     fn send(&mut self, v: u64);
     /// Sends producer `p`'s messages `0..n` in order, one by one (the throughput scenario's loop,
     /// here so that a boxed sender pays one indirect call per run rather than per message).
-    #[inline]
+    ///
+    /// Always inline, into the producer thread's closure, where the sender is a local: out of
+    /// line, the loop reaches the sender through `&mut self` and keeps what it holds in memory.
+    /// With `#[inline]` alone, a sender type that two contenders share (logbus's, since the
+    /// `async` scenario's tasks) got an out-of-line copy, and the ring-like topic's tput 1→1 ran
+    /// at ×0.62–0.78 of the same engine in the harness before (stop 65, 8–10 alternating rounds).
+    #[inline(always)]
     fn send_run(&mut self, p: u64, n: u64) {
         for v in tagged_run(p, 0, n) {
             self.send(v);
