@@ -33,6 +33,7 @@ use std::{
     future::Future,
     pin::Pin,
     task::{Context, Poll},
+    time::Duration,
 };
 
 use futures_core::Stream;
@@ -64,10 +65,11 @@ pub(crate) struct TaskWait {
 impl TaskWait {
     /// Whether a poll that found nothing yields (wakes its own task and returns `Pending`) rather
     /// than park: until `yield_for` has passed since the first such poll. Zero yields never.
-    fn keeps_yielding(&mut self, yield_for: u64) -> bool {
-        if yield_for == 0 {
+    fn keeps_yielding(&mut self, yield_for: Duration) -> bool {
+        if yield_for.is_zero() {
             return false;
         }
+        let yield_for = u64::try_from(yield_for.as_nanos()).unwrap_or(u64::MAX);
         let now = clock::now_nanos().max(1);
         if self.idle_since == 0 {
             self.idle_since = now;
@@ -103,7 +105,7 @@ fn poll_ready<T: Send + Sync + 'static>(
     // The readers of a set share a topic, and so its wait strategy; a set of none parks at once.
     let yield_for = readers
         .first()
-        .map_or(0, |r| r.log().wait.yield_for.as_nanos() as u64);
+        .map_or(Duration::ZERO, |r| r.log().wait.yield_for);
     if wait.keeps_yielding(yield_for) {
         cx.waker().wake_by_ref();
         return Poll::Pending;
@@ -599,8 +601,7 @@ impl<T: Send + Sync + 'static> Future for PublishAsync<'_, T> {
                 {
                     this.value = Some(value);
                     // Yielding first, as a waiting reader's task does (see `poll_ready`).
-                    let yield_for = this.topic.config().wait.yield_for.as_nanos() as u64;
-                    if this.wait.keeps_yielding(yield_for) {
+                    if this.wait.keeps_yielding(this.topic.config().wait.yield_for) {
                         cx.waker().wake_by_ref();
                         return Poll::Pending;
                     }
