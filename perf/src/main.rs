@@ -1415,8 +1415,8 @@ macro_rules! each_bus {
                 true
             ),
             (&tasks::TokioBroadcastTasks, false),
-            (&tasks::TokioMpscTasks, false),
-            (&tasks::KanalTasks, false)
+            (&tasks::ChannelTasks("tokio mpsc per subscriber, tasks", tasks::TokioMpsc), false),
+            (&tasks::ChannelTasks("kanal per subscriber, tasks", tasks::KanalAsync), false)
         )
     };
     (@in_order $f:ident, $run:expr; $(($bus:expr, $ours:expr)),* $(,)?) => {{

@@ -14,7 +14,7 @@ use std::{future::Future, thread};
 
 use logbus::{Reader, Start, Topic, TopicConfig, WaitStrategy};
 
-use crate::{logbus_ring, Bus, LogbusTx, Pins, Run, Sink, Tx};
+use crate::{logbus_ring, Bus, LogbusTx, Pins, Run, Sink, TokioTx, Tx};
 
 /// Runs `body(receiver, sink)` as one task per receiver, all on a current-thread runtime on a
 /// thread of their own, pinned to the first subscriber's core; returns a function that waits for
@@ -100,20 +100,11 @@ async fn read_logbus_task<S: Sink>(mut reader: Reader<u64>, mut sink: S) {
 }
 
 /// `tokio::sync::broadcast`, sized to hold the whole run so that no task ever lags (it has no
-/// back-pressure), as in the thread scenarios.
+/// back-pressure), as in the thread scenarios; its sender is theirs.
 pub(crate) struct TokioBroadcastTasks;
 
-pub(crate) struct TokioBroadcastTx(tokio::sync::broadcast::Sender<u64>);
-
-impl Tx for TokioBroadcastTx {
-    #[inline(always)]
-    fn send(&mut self, v: u64) {
-        let _ = self.0.send(v);
-    }
-}
-
 impl Bus for TokioBroadcastTasks {
-    type Tx = TokioBroadcastTx;
+    type Tx = TokioTx;
     fn name(&self) -> &'static str {
         "tokio broadcast (sized not to lag), tasks"
     }
@@ -124,38 +115,84 @@ impl Bus for TokioBroadcastTasks {
         run: Run,
         pins: &Pins,
         sink: impl Fn(usize) -> S,
-    ) -> (Vec<TokioBroadcastTx>, Box<dyn FnOnce()>) {
+    ) -> (Vec<TokioTx>, Box<dyn FnOnce()>) {
         let (tx, _) = tokio::sync::broadcast::channel::<u64>(run.total.next_power_of_two());
         let receivers = (0..subscribers).map(|_| tx.subscribe()).collect();
         let join = spawn_tasks(pins, receivers, sink, |mut rx, mut sink| async move {
             while !sink(rx.recv().await.expect("sized not to lag")) {}
         });
-        let txs = (0..producers)
-            .map(|_| TokioBroadcastTx(tx.clone()))
-            .collect();
+        let txs = (0..producers).map(|_| TokioTx(tx.clone())).collect();
         (txs, join)
     }
 }
 
-/// A bounded `tokio::sync::mpsc` channel per subscriber; the producer sends to each in turn
-/// (`blocking_send`, from its plain thread).
-pub(crate) struct TokioMpscTasks;
+/// A channel crate's bounded channel, received from by a task and sent to from a plain thread:
+/// one adapter per crate, one [`Bus`] for them all ([`ChannelTasks`]), as the thread scenarios'
+/// `Channel` does.
+pub(crate) trait TaskChannel: Sync {
+    type S: Send + Clone + 'static;
+    type R: Send + 'static;
+    fn pair(&self, capacity: usize) -> (Self::S, Self::R);
+    /// Blocks the producer's thread while the channel is full.
+    fn send(s: &Self::S, v: u64);
+    fn recv(r: &mut Self::R) -> impl Future<Output = u64> + Send;
+}
 
-pub(crate) struct TokioMpscTx(Vec<tokio::sync::mpsc::Sender<u64>>);
+/// `tokio::sync::mpsc`: the producer's thread sends with `blocking_send`.
+pub(crate) struct TokioMpsc;
 
-impl Tx for TokioMpscTx {
+impl TaskChannel for TokioMpsc {
+    type S = tokio::sync::mpsc::Sender<u64>;
+    type R = tokio::sync::mpsc::Receiver<u64>;
+    fn pair(&self, capacity: usize) -> (Self::S, Self::R) {
+        tokio::sync::mpsc::channel(capacity)
+    }
+    #[inline(always)]
+    fn send(s: &Self::S, v: u64) {
+        s.blocking_send(v).unwrap();
+    }
+    async fn recv(r: &mut Self::R) -> u64 {
+        r.recv().await.expect("the producer sends them all")
+    }
+}
+
+/// kanal's async receiver, sent to through the channel's blocking side.
+pub(crate) struct KanalAsync;
+
+impl TaskChannel for KanalAsync {
+    type S = kanal::Sender<u64>;
+    type R = kanal::AsyncReceiver<u64>;
+    fn pair(&self, capacity: usize) -> (Self::S, Self::R) {
+        let (s, r) = kanal::bounded_async(capacity);
+        (s.to_sync(), r)
+    }
+    #[inline(always)]
+    fn send(s: &Self::S, v: u64) {
+        s.send(v).unwrap();
+    }
+    async fn recv(r: &mut Self::R) -> u64 {
+        r.recv().await.expect("the producer sends them all")
+    }
+}
+
+/// A bounded channel per subscriber task; the producer sends to each in turn.
+pub(crate) struct ChannelTasks<C>(pub(crate) &'static str, pub(crate) C);
+
+pub(crate) struct ChannelTasksTx<C: TaskChannel>(Vec<C::S>);
+
+impl<C: TaskChannel> Tx for ChannelTasksTx<C> {
     #[inline(always)]
     fn send(&mut self, v: u64) {
         for s in &self.0 {
-            s.blocking_send(v).unwrap();
+            C::send(s, v);
         }
     }
 }
 
-impl Bus for TokioMpscTasks {
-    type Tx = TokioMpscTx;
+impl<C: TaskChannel + 'static> Bus for ChannelTasks<C> {
+    type Tx = ChannelTasksTx<C>;
     fn name(&self) -> &'static str {
-        "tokio mpsc per subscriber, tasks"
+        self.0
     }
     fn start<S: Sink>(
         &self,
@@ -164,58 +201,15 @@ impl Bus for TokioMpscTasks {
         run: Run,
         pins: &Pins,
         sink: impl Fn(usize) -> S,
-    ) -> (Vec<TokioMpscTx>, Box<dyn FnOnce()>) {
-        let (senders, receivers): (Vec<_>, Vec<_>) = (0..subscribers)
-            .map(|_| tokio::sync::mpsc::channel::<u64>(run.capacity))
-            .unzip();
+    ) -> (Vec<ChannelTasksTx<C>>, Box<dyn FnOnce()>) {
+        let (senders, receivers): (Vec<_>, Vec<_>) =
+            (0..subscribers).map(|_| self.1.pair(run.capacity)).unzip();
         let join = spawn_tasks(pins, receivers, sink, |mut rx, mut sink| async move {
-            while !sink(rx.recv().await.expect("the producer sends them all")) {}
+            while !sink(C::recv(&mut rx).await) {}
         });
         let txs = (0..producers)
-            .map(|_| TokioMpscTx(senders.clone()))
+            .map(|_| ChannelTasksTx(senders.clone()))
             .collect();
-        (txs, join)
-    }
-}
-
-/// A bounded kanal channel per subscriber, received from asynchronously, sent to through its
-/// blocking side.
-pub(crate) struct KanalTasks;
-
-pub(crate) struct KanalTx(Vec<kanal::Sender<u64>>);
-
-impl Tx for KanalTx {
-    #[inline(always)]
-    fn send(&mut self, v: u64) {
-        for s in &self.0 {
-            s.send(v).unwrap();
-        }
-    }
-}
-
-impl Bus for KanalTasks {
-    type Tx = KanalTx;
-    fn name(&self) -> &'static str {
-        "kanal per subscriber, tasks"
-    }
-    fn start<S: Sink>(
-        &self,
-        producers: usize,
-        subscribers: usize,
-        run: Run,
-        pins: &Pins,
-        sink: impl Fn(usize) -> S,
-    ) -> (Vec<KanalTx>, Box<dyn FnOnce()>) {
-        let (senders, receivers): (Vec<_>, Vec<_>) = (0..subscribers)
-            .map(|_| {
-                let (s, r) = kanal::bounded_async::<u64>(run.capacity);
-                (s.to_sync(), r)
-            })
-            .unzip();
-        let join = spawn_tasks(pins, receivers, sink, |rx, mut sink| async move {
-            while !sink(rx.recv().await.expect("the producer sends them all")) {}
-        });
-        let txs = (0..producers).map(|_| KanalTx(senders.clone())).collect();
         (txs, join)
     }
 }
