@@ -63,19 +63,23 @@ pub(crate) struct TaskWait {
 }
 
 impl TaskWait {
-    /// Whether a poll that found nothing yields (wakes its own task and returns `Pending`) rather
-    /// than park: until `yield_for` has passed since the first such poll. Zero yields never.
-    fn keeps_yielding(&mut self, yield_for: Duration) -> bool {
+    /// For a poll that found nothing: within `yield_for` of the first such poll (this one, if it
+    /// is the first), wakes the task, which the caller then leaves with `Pending`, announcing
+    /// nothing, and says so; after it, says the task is to park. Zero never yields.
+    fn yielded(&mut self, yield_for: Duration, cx: &Context<'_>) -> bool {
         if yield_for.is_zero() {
             return false;
         }
-        let yield_for = u64::try_from(yield_for.as_nanos()).unwrap_or(u64::MAX);
         let now = clock::now_nanos().max(1);
         if self.idle_since == 0 {
             self.idle_since = now;
-            return true;
+        } else if now.saturating_sub(self.idle_since)
+            >= u64::try_from(yield_for.as_nanos()).unwrap_or(u64::MAX)
+        {
+            return false;
         }
-        now.saturating_sub(self.idle_since) < yield_for
+        cx.waker().wake_by_ref();
+        true
     }
 }
 
@@ -106,8 +110,7 @@ fn poll_ready<T: Send + Sync + 'static>(
     let yield_for = readers
         .first()
         .map_or(Duration::ZERO, |r| r.log().wait.yield_for);
-    if wait.keeps_yielding(yield_for) {
-        cx.waker().wake_by_ref();
+    if wait.yielded(yield_for, cx) {
         return Poll::Pending;
     }
     waker.set_task(cx.waker());
@@ -601,8 +604,7 @@ impl<T: Send + Sync + 'static> Future for PublishAsync<'_, T> {
                 {
                     this.value = Some(value);
                     // Yielding first, as a waiting reader's task does (see `poll_ready`).
-                    if this.wait.keeps_yielding(this.topic.config().wait.yield_for) {
-                        cx.waker().wake_by_ref();
+                    if this.wait.yielded(this.topic.config().wait.yield_for, cx) {
                         return Poll::Pending;
                     }
                     log.announce_blocked(cx.waker());
