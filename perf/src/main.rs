@@ -1764,13 +1764,12 @@ fn main() {
         if !want(scenario) {
             continue;
         }
-        // Tasks: 1→1 only (the subscribers of a run share one runtime thread).
-        for subs in if in_tasks { &[1usize][..] } else { &[1, 2] } {
-            let subs = *subs;
+        for subs in [1usize, 2] {
             let mut kept = Kept::new(run_wait, max_redos, floor_now(&pins));
-            // Where the readers share a core, the second to see a record waits for the core.
+            // Where the readers share a core, the second to see a record waits for the core. (Tasks
+            // share their runtime's thread wherever the cores are: no turn of threads to probe.)
             let shared = (1..subs).any(|i| pins.subscriber_core(i) == pins.subscriber_core(0));
-            let handover = if shared {
+            let handover = if shared && !in_tasks {
                 format!(
                     "; a turn on the readers' core {:?}",
                     probe_handover(&pins).0
