@@ -81,6 +81,12 @@ impl TaskWait {
         cx.waker().wake_by_ref();
         true
     }
+
+    /// The wait is over (records found, or an error to report): the next one yields afresh.
+    fn ended<R>(&mut self, result: R) -> Poll<R> {
+        self.idle_since = 0;
+        Poll::Ready(result)
+    }
 }
 
 /// One poll of an async wait over `readers` (sharing `waker`): the index of a reader with records
@@ -96,15 +102,8 @@ fn poll_ready<T: Send + Sync + 'static>(
 ) -> Poll<Result<usize, (usize, ReadError)>> {
     withdraw(readers, waker, &mut wait.announced);
     match scan(readers, from, limit) {
-        Ok(Some(i)) => {
-            wait.idle_since = 0;
-            return Poll::Ready(Ok(i));
-        }
-        Err(e) => {
-            wait.idle_since = 0;
-            return Poll::Ready(Err(e));
-        }
         Ok(None) => {}
+        found => return wait.ended(found.map(|i| i.expect("checked above"))),
     }
     // The readers of a set share a topic, and so its wait strategy; a set of none parks at once.
     let yield_for = readers
@@ -124,8 +123,7 @@ fn poll_ready<T: Send + Sync + 'static>(
         Ok(None) => Poll::Pending,
         found => {
             withdraw(readers, waker, &mut wait.announced);
-            wait.idle_since = 0;
-            Poll::Ready(found.map(|i| i.expect("checked above")))
+            wait.ended(found.map(|i| i.expect("checked above")))
         }
     }
 }
@@ -177,12 +175,8 @@ fn poll_one<T: Send + Sync + 'static>(
 ) -> Poll<Result<(), ReadError>> {
     if !wait.announced {
         match reader.poll_ready(SCAN) {
-            Ok(true) => {
-                wait.idle_since = 0;
-                return Poll::Ready(Ok(()));
-            }
-            Err(e) => return Poll::Ready(Err(e)),
             Ok(false) => {}
+            found => return wait.ended(found.map(|_| ())),
         }
     }
     let waker = Arc::clone(reader.waker());

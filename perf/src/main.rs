@@ -3,13 +3,14 @@
 //!
 //! ```text
 //! cargo run --release -p logbus-perf --
-//!     [all|tput|batch|ceiling|lat|lat-fast|lat-slow|idle|memory|floor]
+//!     [all|tput|batch|ceiling|lat|lat-fast|lat-slow|async|idle|memory|floor]
 //!     [--quick] [--records N] [--runs K] [--samples S] [--no-wait]
 //!     [--only NAMES] [--subs N] [--period NS]
 //! ```
 //!
-//! Every contender implements [`Bus`]: it starts `subscribers` consumer threads that each call a
-//! sink for every message, in order, and hands back `producers` senders. The scenarios are generic
+//! Every contender implements [`Bus`]: it starts `subscribers` consumer threads (in the `async`
+//! scenario, tasks of one runtime thread: see `tasks`) that each call a sink for every message, in
+//! order, and hands back `producers` senders. The scenarios are generic
 //! over `Bus`, so each library runs monomorphized code, with no dynamic dispatch per message.
 //! Threads are pinned, each to its own physical core where there are enough (see [`Pins`]);
 //! otherwise producers on the first core, subscribers round-robin over the others (all on core 1
@@ -1344,7 +1345,7 @@ fn run_order(run: usize, n: usize) -> Vec<usize> {
 /// Where the `async` scenario's threads go: the producer on the first core, the runtime thread
 /// running every subscriber task where the first subscriber thread would be.
 fn tasks_placement(pins: &Pins, subs: usize) -> String {
-    match pins.cores.first() {
+    match pins.producer_core(0) {
         None => format!("{subs} subscriber task(s) on one runtime thread, unpinned"),
         Some(c) => format!(
             "1 producer on core [{}], {subs} subscriber task(s) on one current-thread tokio runtime on core [{}]",
