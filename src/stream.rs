@@ -51,22 +51,39 @@ use crate::{
     wait::scan,
 };
 
-/// A task's wait, carried from poll to poll: by the future, or by the reader, consumer or group
-/// member polled as a stream. A blocked `publish_async` keeps one too (`announced`: counted
-/// blocked in its log).
+/// A task's wait, carried from poll to poll, and from one future to the next, by the reader,
+/// consumer or group member it reads; a blocked `publish_async` keeps its own (`announced`:
+/// counted blocked in its log).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct TaskWait {
     /// Announced as parked in the logs it reads ([`poll_ready`]).
     announced: bool,
-    /// When a poll first found nothing ([`clock::now_nanos`]); 0 once a poll found records.
+    /// Polls in a row that completed at once, against the strategy's `task_budget`.
+    ready_run: u32,
+    /// When a poll first found nothing ([`clock::now_nanos`]); 0 once a poll completed.
     idle_since: u64,
 }
 
 impl TaskWait {
-    /// For a poll that found nothing: within `yield_for` of the first such poll (this one, if it
-    /// is the first), wakes the task, which the caller then leaves with `Pending`, announcing
-    /// nothing, and says so; after it, says the task is to park. Zero never yields.
+    /// At the start of a poll: once `budget` polls in a row have completed at once (0: never),
+    /// wakes the task, which the caller then leaves with `Pending`, taking nothing, and says so.
+    #[inline]
+    fn spent(&mut self, budget: u32, cx: &Context<'_>) -> bool {
+        if budget == 0 || self.ready_run < budget {
+            return false;
+        }
+        self.ready_run = 0;
+        cx.waker().wake_by_ref();
+        true
+    }
+
+    /// For a poll that found nothing: within `yield_for` of the wait's first such poll (this one,
+    /// if it is the first), wakes the task, which the caller then leaves with `Pending`,
+    /// announcing nothing, and says so; after it, says the task is to park. The wait lasts until
+    /// a poll completes, across futures: a fresh `next_async` after a `select!` dropped the last
+    /// one goes on with it. Zero never yields.
     fn yielded(&mut self, yield_for: Duration, cx: &Context<'_>) -> bool {
+        self.ready_run = 0;
         if yield_for.is_zero() {
             return false;
         }
@@ -82,11 +99,19 @@ impl TaskWait {
         true
     }
 
-    /// The wait is over (records found, or an error to report): the next one yields afresh.
+    /// The poll completes (records found, or an error to report): the next wait yields afresh,
+    /// and the poll counts against the budget.
+    #[inline]
     fn ended<R>(&mut self, result: R) -> Poll<R> {
         self.idle_since = 0;
+        self.ready_run = self.ready_run.saturating_add(1);
         Poll::Ready(result)
     }
+}
+
+/// The task budget of a set of readers (they share a topic and its wait strategy).
+fn budget<T: Send + Sync + 'static>(readers: &[Reader<T>]) -> u32 {
+    readers.first().map_or(0, |r| r.log().wait.task_budget)
 }
 
 /// One poll of an async wait over `readers` (sharing `waker`): the index of a reader with records
@@ -157,7 +182,7 @@ fn leave<T: Send + Sync + 'static>(readers: &[Reader<T>], waker: &Waker, announc
     }
 }
 
-/// A reader polled as a stream and dropped while pending withdraws here.
+/// A reader, or its pending `next_async`, dropped while announced withdraws here.
 pub(crate) fn leave_one<T: Send + Sync + 'static>(reader: &mut Reader<T>) {
     let mut announced = std::mem::take(&mut reader.task_wait.announced);
     if announced {
@@ -166,22 +191,28 @@ pub(crate) fn leave_one<T: Send + Sync + 'static>(reader: &mut Reader<T>) {
     }
 }
 
-/// One poll of a single reader. Records already ready are taken without touching the waker (no
-/// reference-count traffic on the common path); otherwise the full wait step of [`poll_ready`].
+/// One poll of a single reader, its wait kept in the reader. Records already ready are taken
+/// without touching the waker (no reference-count traffic on the common path); otherwise the full
+/// wait step of [`poll_ready`].
 fn poll_one<T: Send + Sync + 'static>(
     reader: &mut Reader<T>,
-    wait: &mut TaskWait,
     cx: &mut Context<'_>,
 ) -> Poll<Result<(), ReadError>> {
-    if !wait.announced {
+    if !reader.task_wait.announced {
+        let budget = reader.log().wait.task_budget;
+        if reader.task_wait.spent(budget, cx) {
+            return Poll::Pending;
+        }
         match reader.poll_ready(SCAN) {
             Ok(false) => {}
-            found => return wait.ended(found.map(|_| ())),
+            found => return reader.task_wait.ended(found.map(|_| ())),
         }
     }
     let waker = Arc::clone(reader.waker());
-    poll_ready(std::slice::from_mut(reader), 0, &waker, wait, cx, SCAN)
-        .map(|r| r.map(|_| ()).map_err(|(_, e)| e))
+    let mut wait = reader.task_wait;
+    let polled = poll_ready(std::slice::from_mut(reader), 0, &waker, &mut wait, cx, SCAN);
+    reader.task_wait = wait;
+    polled.map(|r| r.map(|_| ()).map_err(|(_, e)| e))
 }
 
 impl<T: Send + Sync + 'static> Reader<T> {
@@ -200,10 +231,7 @@ impl<T: Send + Sync + 'static> Reader<T> {
     /// # });
     /// ```
     pub fn next_async(&mut self) -> NextRecord<'_, T> {
-        NextRecord {
-            reader: Some(self),
-            wait: TaskWait::default(),
-        }
+        NextRecord { reader: Some(self) }
     }
 }
 
@@ -211,7 +239,6 @@ impl<T: Send + Sync + 'static> Reader<T> {
 #[must_use = "futures do nothing unless polled"]
 pub struct NextRecord<'r, T: Send + Sync + 'static> {
     reader: Option<&'r mut Reader<T>>,
-    wait: TaskWait,
 }
 
 impl<T: Send + Sync + 'static> fmt::Debug for NextRecord<'_, T> {
@@ -231,7 +258,7 @@ impl<'r, T: Send + Sync + 'static> Future for NextRecord<'r, T> {
             .reader
             .as_mut()
             .expect("NextRecord polled after it completed");
-        match poll_one(reader, &mut this.wait, cx) {
+        match poll_one(reader, cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
             Poll::Ready(Ok(())) => {
@@ -244,13 +271,8 @@ impl<'r, T: Send + Sync + 'static> Future for NextRecord<'r, T> {
 
 impl<T: Send + Sync + 'static> Drop for NextRecord<'_, T> {
     fn drop(&mut self) {
-        if let (Some(reader), true) = (self.reader.as_ref(), self.wait.announced) {
-            let waker = Arc::clone(reader.waker());
-            leave(
-                std::slice::from_ref(*reader),
-                &waker,
-                &mut self.wait.announced,
-            );
+        if let Some(reader) = self.reader.as_mut() {
+            leave_one(reader);
         }
     }
 }
@@ -263,10 +285,7 @@ impl<T: Clone + Send + Sync + 'static> Stream for Reader<T> {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
-        let mut wait = this.task_wait;
-        let polled = poll_one(this, &mut wait, cx);
-        this.task_wait = wait;
-        match polled {
+        match poll_one(this, cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Err(ReadError::Closed)) => Poll::Ready(None),
             Poll::Ready(Err(e)) => Poll::Ready(Some(Err(e))),
@@ -294,7 +313,6 @@ impl<T: Send + Sync + 'static> Consumer<T> {
         PollBatch {
             consumer: Some(self),
             max: max.max(1) as u64,
-            wait: TaskWait::default(),
         }
     }
 }
@@ -304,7 +322,6 @@ impl<T: Send + Sync + 'static> Consumer<T> {
 pub struct PollBatch<'c, T: Send + Sync + 'static> {
     consumer: Option<&'c mut Consumer<T>>,
     max: u64,
-    wait: TaskWait,
 }
 
 impl<T: Send + Sync + 'static> fmt::Debug for PollBatch<'_, T> {
@@ -325,17 +342,7 @@ impl<'c, T: Send + Sync + 'static> Future for PollBatch<'c, T> {
             .consumer
             .as_mut()
             .expect("PollBatch polled after it completed");
-        let waker = consumer.waker();
-        let from = consumer.rotation();
-        let polled = poll_ready(
-            consumer.readers_mut(),
-            from,
-            &waker,
-            &mut this.wait,
-            cx,
-            this.max,
-        );
-        match polled {
+        match poll_consumer(consumer, cx, this.max) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Err((i, e))) => Poll::Ready(Err(consumer.lagged_or(i, e))),
             Poll::Ready(Ok(i)) => {
@@ -348,10 +355,37 @@ impl<'c, T: Send + Sync + 'static> Future for PollBatch<'c, T> {
 
 impl<T: Send + Sync + 'static> Drop for PollBatch<'_, T> {
     fn drop(&mut self) {
-        if let (Some(consumer), true) = (self.consumer.as_mut(), self.wait.announced) {
-            let waker = consumer.waker();
-            leave(consumer.readers_mut(), &waker, &mut self.wait.announced);
+        if let Some(consumer) = self.consumer.as_mut() {
+            leave_consumer(consumer);
         }
+    }
+}
+
+/// One poll of a consumer, its wait kept in the consumer: the index of a reader with records
+/// ready, an error, or `Pending` (yielding, or announced).
+fn poll_consumer<T: Send + Sync + 'static>(
+    consumer: &mut Consumer<T>,
+    cx: &mut Context<'_>,
+    max: u64,
+) -> Poll<Result<usize, (usize, ReadError)>> {
+    let mut wait = consumer.task_wait;
+    if wait.spent(budget(consumer.readers_mut()), cx) {
+        consumer.task_wait = wait;
+        return Poll::Pending;
+    }
+    let waker = consumer.waker();
+    let from = consumer.rotation();
+    let polled = poll_ready(consumer.readers_mut(), from, &waker, &mut wait, cx, max);
+    consumer.task_wait = wait;
+    polled
+}
+
+/// A consumer, or its pending `poll_async`, dropped while announced withdraws here.
+fn leave_consumer<T: Send + Sync + 'static>(consumer: &mut Consumer<T>) {
+    let mut announced = std::mem::take(&mut consumer.task_wait.announced);
+    if announced {
+        let waker = consumer.waker();
+        leave(consumer.readers_mut(), &waker, &mut announced);
     }
 }
 
@@ -362,12 +396,7 @@ impl<T: Clone + Send + Sync + 'static> Stream for Consumer<T> {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
-        let waker = this.waker();
-        let from = this.rotation();
-        let mut wait = this.task_wait;
-        let polled = poll_ready(this.readers_mut(), from, &waker, &mut wait, cx, 1);
-        this.task_wait = wait;
-        match polled {
+        match poll_consumer(this, cx, 1) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Err((_, ReadError::Closed))) => Poll::Ready(None),
             Poll::Ready(Err((i, e))) => Poll::Ready(Some(Err(this.lagged_or(i, e)))),
@@ -382,11 +411,7 @@ impl<T: Clone + Send + Sync + 'static> Stream for Consumer<T> {
 
 impl<T: Send + Sync + 'static> Drop for Consumer<T> {
     fn drop(&mut self) {
-        let mut announced = std::mem::take(&mut self.task_wait.announced);
-        if announced {
-            let waker = self.waker();
-            leave(self.readers_mut(), &waker, &mut announced);
-        }
+        leave_consumer(self);
     }
 }
 
@@ -398,7 +423,6 @@ impl<T: Send + Sync + 'static> GroupMember<T> {
         PollGroup {
             member: Some(self),
             max: max.max(1) as u64,
-            wait: TaskWait::default(),
         }
     }
 }
@@ -408,7 +432,6 @@ impl<T: Send + Sync + 'static> GroupMember<T> {
 pub struct PollGroup<'m, T: Send + Sync + 'static> {
     member: Option<&'m mut GroupMember<T>>,
     max: u64,
-    wait: TaskWait,
 }
 
 impl<T: Send + Sync + 'static> fmt::Debug for PollGroup<'_, T> {
@@ -420,25 +443,39 @@ impl<T: Send + Sync + 'static> fmt::Debug for PollGroup<'_, T> {
     }
 }
 
-/// One poll of a member: a ready reader's index, a rebalance or error, or `Pending` (yielding, or
-/// announced).
+/// One poll of a member, its wait kept in the member: a ready reader's index, a rebalance or
+/// error, or `Pending` (yielding, or announced).
 fn poll_member<T: Send + Sync + 'static>(
+    member: &mut GroupMember<T>,
+    cx: &mut Context<'_>,
+    max: u64,
+) -> Poll<Result<usize, GroupError>> {
+    let mut wait = member.task_wait;
+    let polled = poll_member_with(member, &mut wait, cx, max);
+    member.task_wait = wait;
+    polled
+}
+
+fn poll_member_with<T: Send + Sync + 'static>(
     member: &mut GroupMember<T>,
     wait: &mut TaskWait,
     cx: &mut Context<'_>,
     max: u64,
 ) -> Poll<Result<usize, GroupError>> {
+    if wait.spent(budget(member.async_parts().0), cx) {
+        return Poll::Pending;
+    }
     loop {
         // Withdraw before syncing: a rebalance changes the readers the announcement was made in.
         let (readers, _, waker) = member.async_parts();
         withdraw(readers, &waker, &mut wait.announced);
         if let Some(r) = member.sync_async() {
-            return Poll::Ready(Err(GroupError::Rebalanced(r)));
+            return wait.ended(Err(GroupError::Rebalanced(r)));
         }
         // No partitions: the group getting done after this look interrupts the waker, which
         // `disturbed` below sees.
         if member.has_no_partitions() && member.group_done(false) {
-            return Poll::Ready(Err(GroupError::Read(ReadError::Closed)));
+            return wait.ended(Err(GroupError::Read(ReadError::Closed)));
         }
         let (readers, from, waker) = member.async_parts();
         match poll_ready(readers, from, &waker, wait, cx, max) {
@@ -454,6 +491,7 @@ fn poll_member<T: Send + Sync + 'static>(
                 if member.disturbed() {
                     continue;
                 }
+                wait.ready_run = 0;
                 return Poll::Pending;
             }
             Poll::Ready(Err((_, e))) => return Poll::Ready(Err(GroupError::Read(e))),
@@ -474,7 +512,7 @@ impl<'m, T: Send + Sync + 'static> Future for PollGroup<'m, T> {
             .member
             .as_mut()
             .expect("PollGroup polled after it completed");
-        match poll_member(member, &mut this.wait, cx, this.max) {
+        match poll_member(member, cx, this.max) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
             Poll::Ready(Ok(i)) => {
@@ -487,9 +525,8 @@ impl<'m, T: Send + Sync + 'static> Future for PollGroup<'m, T> {
 
 impl<T: Send + Sync + 'static> Drop for PollGroup<'_, T> {
     fn drop(&mut self) {
-        if let (Some(member), true) = (self.member.as_mut(), self.wait.announced) {
-            let (readers, _, waker) = member.async_parts();
-            leave(readers, &waker, &mut self.wait.announced);
+        if let Some(member) = self.member.as_mut() {
+            leave_member(member);
         }
     }
 }
@@ -502,10 +539,7 @@ impl<T: Clone + Send + Sync + 'static> Stream for GroupMember<T> {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
-        let mut wait = this.task_wait;
-        let polled = poll_member(this, &mut wait, cx, 1);
-        this.task_wait = wait;
-        match polled {
+        match poll_member(this, cx, 1) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Err(GroupError::Read(ReadError::Closed))) => Poll::Ready(None),
             Poll::Ready(Err(e)) => Poll::Ready(Some(Err(e))),
@@ -518,7 +552,7 @@ impl<T: Clone + Send + Sync + 'static> Stream for GroupMember<T> {
     }
 }
 
-/// A member polled as a stream and dropped while pending withdraws here.
+/// A member, or its pending `poll_async`, dropped while announced withdraws here.
 pub(crate) fn leave_member<T: Send + Sync + 'static>(member: &mut GroupMember<T>) {
     let mut announced = std::mem::take(&mut member.task_wait.announced);
     if announced {

@@ -348,6 +348,192 @@ fn a_waiting_task_parks_once_its_yielding_is_over() {
     assert_eq!(batch.values().copied().collect::<Vec<_>>(), [3]);
 }
 
+/// A wait spans the futures it is made of: a task that keeps dropping its `next_async` (a
+/// `select!` whose other branch fires more often than `yield_for`) still parks once `yield_for`
+/// has passed since its first empty poll, instead of yielding on every fresh future and keeping
+/// its thread busy for as long as the stream stays idle; it stays one wait until a record comes.
+#[test]
+fn a_wait_cancelled_again_and_again_still_parks() {
+    let yield_for = Duration::from_millis(2);
+    let wait = WaitStrategy::default().yield_for(yield_for);
+    let topic: Topic<u64> = Topic::new("reselect", TopicConfig::default().wait(wait)).unwrap();
+    let mut reader = topic.reader(0, Start::Earliest).unwrap();
+    let (count, waker) = counting_waker();
+    let mut cx = Context::from_waker(&waker);
+    let begun = std::time::Instant::now();
+    let mut polls = 0;
+    let parked = loop {
+        let mut next = pin!(reader.next_async());
+        assert!(next.as_mut().poll(&mut cx).is_pending());
+        polls += 1;
+        if parking(&topic).0 == 1 {
+            break true;
+        }
+        // Each poll until then yielded; the future is dropped here, as a `select!` drops it.
+        assert_eq!((wakes(&count), parking(&topic)), (polls, (0, 0, 0)));
+        if begun.elapsed() > Duration::from_secs(5) {
+            break false;
+        }
+    };
+    assert!(parked, "a wait made of fresh futures parked within 5 s");
+    assert!(begun.elapsed() >= yield_for, "not before yield_for");
+    assert_eq!(parking(&topic), (0, 1, 0), "the dropped future withdrew");
+    let woken = wakes(&count);
+
+    // Parked at once on every fresh future: the same wait.
+    for _ in 0..3 {
+        let mut next = pin!(reader.next_async());
+        assert!(next.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(parking(&topic).0, 1, "announced at once");
+    }
+    assert_eq!(wakes(&count), woken, "no poll woke its task");
+
+    // A record ends the wait: the publish wakes the parked task; the wait after it yields first.
+    {
+        let mut next = pin!(reader.next_async());
+        assert!(next.as_mut().poll(&mut cx).is_pending());
+        topic.publish(9).unwrap();
+        assert_eq!(wakes(&count), woken + 1, "the publish woke it");
+        let Poll::Ready(Ok(r)) = next.as_mut().poll(&mut cx) else {
+            panic!("the record is ready")
+        };
+        assert_eq!(*r, 9);
+    }
+    let mut next = pin!(reader.next_async());
+    assert!(next.as_mut().poll(&mut cx).is_pending());
+    assert_eq!(
+        (wakes(&count), parking(&topic).0),
+        (woken + 2, 0),
+        "yielding"
+    );
+}
+
+/// A task that finds records at every poll yields to its executor once in `task_budget` polls
+/// (wakes itself, returns `Pending`, takes nothing), as tokio's own channels do under its
+/// cooperative budget; the next poll goes on where it stopped. Through a reader's futures, a
+/// reader stream, a consumer's `poll_async`, a consumer stream and a group member's
+/// `poll_async`; a budget of 0 never yields.
+#[test]
+fn a_task_with_records_ready_yields_once_in_its_budget() {
+    const BUDGET: u32 = 16;
+    const RECORDS: u64 = 3 * BUDGET as u64 + 5;
+    let topic_of = |budget: u32| -> Topic<u64> {
+        let wait = WaitStrategy::default().task_budget(budget);
+        Topic::new("budget", TopicConfig::default().wait(wait)).unwrap()
+    };
+    /// Polls `poll` until it has given `RECORDS` values; the values, and the polls that yielded.
+    fn drain(mut poll: impl FnMut(&mut Context<'_>) -> Poll<Vec<u64>>) -> (Vec<u64>, Vec<usize>) {
+        let (count, waker) = counting_waker();
+        let mut cx = Context::from_waker(&waker);
+        let (mut values, mut yielded) = (Vec::new(), Vec::new());
+        for i in 0.. {
+            if values.len() as u64 >= RECORDS {
+                break;
+            }
+            match poll(&mut cx) {
+                Poll::Ready(v) => values.extend(v),
+                Poll::Pending => {
+                    yielded.push(i);
+                    assert_eq!(wakes(&count), yielded.len(), "a yield wakes its own task");
+                }
+            }
+            assert!(i < 2 * RECORDS as usize, "no progress");
+        }
+        (values, yielded)
+    }
+    // With the budget, polls 0..16 complete, 16 yields, 17..33 complete, 33 yields, and so on.
+    let stride = BUDGET as usize + 1;
+    let yields: Vec<usize> = (1..=3).map(|k| k * stride - 1).collect();
+    let all: Vec<u64> = (0..RECORDS).collect();
+
+    for (budget, expected) in [(BUDGET, yields), (0, vec![])] {
+        let topic = topic_of(budget);
+        let mut reader = topic.reader(0, Start::Earliest).unwrap();
+        let mut stream = topic.reader(0, Start::Earliest).unwrap();
+        let mut consumer = topic.consumer("c", Start::Earliest).unwrap();
+        let mut consumer_stream = topic.consumer("s", Start::Earliest).unwrap();
+        let mut member = topic.group("g").unwrap().join("m").unwrap();
+        for v in 0..RECORDS {
+            topic.publish(v).unwrap();
+        }
+        let futures = drain(|cx| {
+            pin!(reader.next_async())
+                .poll(cx)
+                .map(|r| vec![*r.unwrap()])
+        });
+        assert_eq!(futures, (all.clone(), expected.clone()), "futures");
+        let streamed = drain(|cx| {
+            stream
+                .poll_next_unpin(cx)
+                .map(|r| vec![r.unwrap().unwrap().value])
+        });
+        assert_eq!(streamed, (all.clone(), expected.clone()), "stream");
+        let batches = drain(|cx| {
+            pin!(consumer.poll_async(1))
+                .poll(cx)
+                .map(|b| b.unwrap().values().copied().collect())
+        });
+        assert_eq!(batches, (all.clone(), expected.clone()), "consumer");
+        let consumed = drain(|cx| {
+            consumer_stream
+                .poll_next_unpin(cx)
+                .map(|r| vec![r.unwrap().unwrap().value])
+        });
+        assert_eq!(consumed, (all.clone(), expected.clone()), "consumer stream");
+        // The member's first poll reports its assignment, which counts as a completed poll:
+        // the member's yields come one poll earlier.
+        let waker = noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        assert!(matches!(
+            pin!(member.poll_async(1)).poll(&mut cx),
+            Poll::Ready(Err(logbus::GroupError::Rebalanced(_)))
+        ));
+        let members = drain(|cx| {
+            pin!(member.poll_async(1))
+                .poll(cx)
+                .map(|b| b.unwrap().values().copied().collect())
+        });
+        let earlier = expected.iter().map(|i| i - 1).collect();
+        assert_eq!(members, (all.clone(), earlier), "group member");
+    }
+}
+
+/// What the budget is for: on a single-threaded runtime, a task replaying a long history (every
+/// record ready) lets the runtime's other tasks run while it reads, instead of holding the
+/// thread until it has read it all.
+#[test]
+fn a_replaying_task_lets_its_neighbours_run() {
+    const RECORDS: u64 = 100_000;
+    let topic = topic("replay");
+    for v in 0..RECORDS {
+        topic.publish(v).unwrap();
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let read = Arc::new(AtomicUsize::new(0));
+    let (seen_by_neighbour, total) = runtime.block_on(async {
+        let mut reader = topic.reader(0, Start::Earliest).unwrap();
+        let counter = Arc::clone(&read);
+        let replay = tokio::spawn(async move {
+            for expected in 0..RECORDS {
+                assert_eq!(*reader.next_async().await.unwrap(), expected);
+                counter.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        let counter = Arc::clone(&read);
+        let neighbour = tokio::spawn(async move { counter.load(Ordering::SeqCst) });
+        let seen = neighbour.await.unwrap();
+        replay.await.unwrap();
+        (seen, read.load(Ordering::SeqCst))
+    });
+    assert_eq!(total, RECORDS as usize);
+    assert!(
+        seen_by_neighbour < total,
+        "the neighbour ran only after the whole replay ({seen_by_neighbour} records read)"
+    );
+}
+
 /// The iterator adapters (no feature needed, tested here beside the streams they mirror).
 #[test]
 fn iterating_a_reader() {
