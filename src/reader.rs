@@ -208,6 +208,7 @@ impl<T: Send + Sync + 'static> Reader<T> {
     }
 
     /// Whether records already looked up are waiting to be taken.
+    #[inline]
     pub(crate) fn has_ready(&self) -> bool {
         self.next < self.ready
     }

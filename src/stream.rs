@@ -191,10 +191,27 @@ pub(crate) fn leave_one<T: Send + Sync + 'static>(reader: &mut Reader<T>) {
     }
 }
 
-/// One poll of a single reader, its wait kept in the reader. Records already ready are taken
-/// without touching the waker (no reference-count traffic on the common path); otherwise the full
-/// wait step of [`poll_ready`].
+/// One poll of a single reader, its wait kept in the reader. A record already looked up is taken
+/// here, inlined into the caller's future: nothing else to do, no waker touched, and the record
+/// handed back in registers (out of line, the caller read it back from memory just written, a
+/// stall that cost more than the rest of the poll). Everything else is [`poll_one_slow`].
+#[inline(always)]
 fn poll_one<T: Send + Sync + 'static>(
+    reader: &mut Reader<T>,
+    cx: &mut Context<'_>,
+) -> Poll<Result<(), ReadError>> {
+    let wait = &reader.task_wait;
+    // Within the budget: `ready_run < budget`, where a budget of 0 (never spent) wraps to the most.
+    let within = wait.ready_run <= reader.log().wait.task_budget.wrapping_sub(1);
+    if !wait.announced && within && reader.has_ready() {
+        return reader.task_wait.ended(Ok(()));
+    }
+    poll_one_slow(reader, cx)
+}
+
+/// The rest of [`poll_one`]: the budget, a look-up in the log, and the wait.
+#[inline(never)]
+fn poll_one_slow<T: Send + Sync + 'static>(
     reader: &mut Reader<T>,
     cx: &mut Context<'_>,
 ) -> Poll<Result<(), ReadError>> {
@@ -252,6 +269,7 @@ impl<T: Send + Sync + 'static> fmt::Debug for NextRecord<'_, T> {
 impl<'r, T: Send + Sync + 'static> Future for NextRecord<'r, T> {
     type Output = Result<Record<'r, T>, ReadError>;
 
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         let reader = this
@@ -270,9 +288,12 @@ impl<'r, T: Send + Sync + 'static> Future for NextRecord<'r, T> {
 }
 
 impl<T: Send + Sync + 'static> Drop for NextRecord<'_, T> {
+    #[inline]
     fn drop(&mut self) {
         if let Some(reader) = self.reader.as_mut() {
-            leave_one(reader);
+            if reader.task_wait.announced {
+                leave_one(reader);
+            }
         }
     }
 }

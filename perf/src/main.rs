@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run --release -p logbus-perf --
-//!     [all|tput|batch|ceiling|lat|lat-fast|lat-slow|async|idle|memory|floor]
+//!     [all|tput|batch|ceiling|lat|lat-fast|lat-slow|async|async-replay|idle|memory|floor]
 //!     [--quick] [--records N] [--runs K] [--samples S] [--no-wait]
 //!     [--only NAMES] [--subs N] [--period NS]
 //! ```
@@ -1111,14 +1111,16 @@ fn filled(config: TopicConfig<u64>, n: u64) -> Topic<u64> {
 /// Whether `bus` takes part in a throughput run with `producers` producers (it supports that
 /// many, and `--only` names it).
 fn runs_here<B: Bus>(bus: &B, o: &Options, producers: usize) -> bool {
-    if producers > bus.max_producers() {
-        return false;
-    }
+    producers <= bus.max_producers() && picked(o, bus.name())
+}
+
+/// Whether `--only` (if given) picks the contender called `name`.
+fn picked(o: &Options, name: &str) -> bool {
     match &o.only {
         // Names contain commas, so `;` separates when present (`--only "single producer, ring-like;Sleep"`).
         Some(only) => {
             let sep = if only.contains(';') { ';' } else { ',' };
-            only.split(sep).any(|w| bus.name().contains(w))
+            only.split(sep).any(|w| name.contains(w))
         }
         None => true,
     }
@@ -1639,7 +1641,7 @@ fn main() {
                 o.slow_samples = (o.samples / 10).max(100);
             }
             w @ ("all" | "tput" | "batch" | "ceiling" | "lat" | "lat-fast" | "lat-slow"
-            | "async" | "idle" | "memory" | "floor") => o.what = w.to_owned(),
+            | "async" | "async-replay" | "idle" | "memory" | "floor") => o.what = w.to_owned(),
             other => {
                 eprintln!("unknown argument {other}");
                 std::process::exit(2);
@@ -1842,6 +1844,78 @@ fn main() {
                         .collect();
                     r.svg_series.push((format!("{name} (1→{subs})"), med));
                 }
+            }
+        }
+    }
+    if want("async-replay") {
+        use tasks::Replay;
+        // A history of a tenth of a throughput run's records, replayed by 1 or 4 tasks.
+        let n = (o.records / 10).max(1) as usize;
+        for subs in [1usize, 4] {
+            let mut kept = Kept::new(run_wait, max_redos, floor_now(&pins));
+            // Each run: the slowest task's Mmsg/s, then the neighbour's p99 and longest gap (µs).
+            let mut rows: Vec<Row<[f64; 3]>> = Vec::new();
+            for run in 0..o.runs {
+                macro_rules! go {
+                    ($c:expr, $ours:expr) => {{
+                        let c = $c;
+                        let v = picked(&o, c.name()).then(|| {
+                            let (rate, gaps) = kept.run(&pins, || tasks::replay(c, &pins, n, subs));
+                            let us = |q: f64| gaps.value_at_quantile(q) as f64 / 1e3;
+                            [rate, us(0.99), gaps.max() as f64 / 1e3]
+                        });
+                        (c.name(), $ours, v)
+                    }};
+                }
+                let results = each_bus!(@in_order go, run;
+                    (&tasks::LogbusReplay { name: "logbus single producer, ring-like, tasks", budget: None }, true),
+                    (
+                        &tasks::LogbusReplay {
+                            name: "logbus single producer, ring-like, tasks without a budget",
+                            budget: Some(0)
+                        },
+                        true
+                    ),
+                    (&tasks::TokioBroadcastReplay, false),
+                    (&tasks::ChannelReplay("tokio mpsc per subscriber, tasks", tasks::TokioMpsc), false),
+                    (&tasks::ChannelReplay("kanal per subscriber, tasks", tasks::KanalAsync), false)
+                );
+                for (k, (name, ours, v)) in results.into_iter().enumerate() {
+                    if run == 0 {
+                        rows.push((name, ours, Vec::new()));
+                    }
+                    rows[k].2.extend(v);
+                }
+            }
+            let placement = tasks_placement(&pins.within(o.cores), subs);
+            for (q, what, unit, higher) in [
+                (0, "Mmsg/s of the slowest task", "Mmsg/s", true),
+                (
+                    1,
+                    "p99 of a neighbour task's waits for its turn, µs",
+                    "µs",
+                    false,
+                ),
+                (
+                    2,
+                    "a neighbour task's longest wait for its turn, µs",
+                    "µs",
+                    false,
+                ),
+            ] {
+                let table: Vec<Row<f64>> = rows
+                    .iter()
+                    .map(|(n, o, v)| (*n, *o, v.iter().map(|x| x[q]).collect()))
+                    .collect();
+                r.table(
+                    &format!(
+                        "## async-replay 1→{subs}: {n} records in the log before {subs} task(s) replay them from the first ({what}; the neighbour yields in a loop on the same runtime; {placement}{})",
+                        kept.redone_note()
+                    ),
+                    unit,
+                    &table,
+                    higher,
+                );
             }
         }
     }

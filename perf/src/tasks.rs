@@ -215,3 +215,171 @@ impl<C: TaskChannel + 'static> Bus for ChannelTasks<C> {
         (txs, join)
     }
 }
+
+/// A history for the `async-replay` table: `n` messages already in the source before any task
+/// reads, each subscriber a task replaying them all from the first, as a service does on start.
+pub(crate) trait Replay: Sync {
+    type R: Send + 'static;
+    fn name(&self) -> &'static str;
+    /// The source, filled with 0..n, and a receiver per subscriber reading it from the start;
+    /// the first holds whatever keeps the source alive.
+    fn filled(&self, n: usize, subscribers: usize) -> (Box<dyn Send>, Vec<Self::R>);
+    fn recv(r: &mut Self::R) -> impl Future<Output = u64> + Send;
+}
+
+/// logbus: a ring-like topic holding the history, read by readers from the earliest offset; with
+/// the default task budget, or none (every task keeps its thread until it has caught up, as
+/// before stop 66).
+pub(crate) struct LogbusReplay {
+    pub(crate) name: &'static str,
+    pub(crate) budget: Option<u32>,
+}
+
+impl Replay for LogbusReplay {
+    type R = Reader<u64>;
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn filled(&self, n: usize, subscribers: usize) -> (Box<dyn Send>, Vec<Reader<u64>>) {
+        let mut config: TopicConfig<u64> = logbus_ring(n);
+        if let Some(b) = self.budget {
+            config = config.wait(WaitStrategy::default().task_budget(b));
+        }
+        let topic = Topic::<u64>::new("replay", config).unwrap();
+        let readers = (0..subscribers)
+            .map(|_| topic.reader(0, Start::Earliest).unwrap())
+            .collect();
+        let mut producer = topic.producer().unwrap();
+        for v in 0..n as u64 {
+            producer.publish(v).unwrap();
+        }
+        (Box::new(topic), readers)
+    }
+    async fn recv(r: &mut Reader<u64>) -> u64 {
+        *r.next_async().await.expect("the history is there")
+    }
+}
+
+/// tokio's broadcast, sized to hold the whole history.
+pub(crate) struct TokioBroadcastReplay;
+
+impl Replay for TokioBroadcastReplay {
+    type R = tokio::sync::broadcast::Receiver<u64>;
+    fn name(&self) -> &'static str {
+        "tokio broadcast (sized to hold it), tasks"
+    }
+    fn filled(&self, n: usize, subscribers: usize) -> (Box<dyn Send>, Vec<Self::R>) {
+        let (tx, _) = tokio::sync::broadcast::channel::<u64>(n.next_power_of_two());
+        let receivers = (0..subscribers).map(|_| tx.subscribe()).collect();
+        for v in 0..n as u64 {
+            tx.send(v).unwrap();
+        }
+        (Box::new(tx), receivers)
+    }
+    async fn recv(r: &mut Self::R) -> u64 {
+        r.recv().await.expect("sized not to lag")
+    }
+}
+
+/// A channel per subscriber, each filled with the history ([`TaskChannel`]'s crates).
+pub(crate) struct ChannelReplay<C>(pub(crate) &'static str, pub(crate) C);
+
+impl<C: TaskChannel> Replay for ChannelReplay<C> {
+    type R = C::R;
+    fn name(&self) -> &'static str {
+        self.0
+    }
+    fn filled(&self, n: usize, subscribers: usize) -> (Box<dyn Send>, Vec<C::R>) {
+        let (senders, receivers): (Vec<_>, Vec<_>) =
+            (0..subscribers).map(|_| self.1.pair(n)).unzip();
+        for s in &senders {
+            for v in 0..n as u64 {
+                C::send(s, v);
+            }
+        }
+        (Box::new(senders), receivers)
+    }
+    async fn recv(r: &mut C::R) -> u64 {
+        C::recv(r).await
+    }
+}
+
+/// A yield that any executor honours: the first poll wakes the task and returns `Pending`.
+struct YieldOnce(bool);
+
+impl Future for YieldOnce {
+    type Output = ();
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        if std::mem::replace(&mut self.0, true) {
+            std::task::Poll::Ready(())
+        } else {
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
+        }
+    }
+}
+
+/// One replay: `subscribers` tasks read the `n` messages of a filled source, in order, on one
+/// current-thread runtime pinned where the first subscriber thread would be, beside a neighbour
+/// task that yields in a loop and times the gaps between its turns. Returns the slowest task's
+/// rate (Mmsg/s) and the neighbour's gaps (ns).
+pub(crate) fn replay<C: Replay>(
+    c: &C,
+    pins: &Pins,
+    n: usize,
+    subscribers: usize,
+) -> (f64, hdrhistogram::Histogram<u64>) {
+    use std::sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    };
+    let (source, receivers) = c.filled(n, subscribers);
+    let pins = pins.clone();
+    let runtime = thread::spawn(move || {
+        pins.subscriber(0);
+        let done = Arc::new(AtomicBool::new(false));
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a current-thread runtime")
+            .block_on(async move {
+                let begun = std::time::Instant::now();
+                // The neighbour first: its first turn comes before any replay starts.
+                let stop = Arc::clone(&done);
+                let neighbour = tokio::spawn(async move {
+                    let mut gaps =
+                        hdrhistogram::Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)
+                            .unwrap();
+                    let mut last = std::time::Instant::now();
+                    while !stop.load(Ordering::Relaxed) {
+                        YieldOnce(false).await;
+                        let now = std::time::Instant::now();
+                        gaps.saturating_record((now - last).as_nanos() as u64);
+                        last = now;
+                    }
+                    gaps
+                });
+                let handles: Vec<_> = receivers
+                    .into_iter()
+                    .map(|mut r| {
+                        tokio::spawn(async move {
+                            for expected in 0..n as u64 {
+                                assert_eq!(C::recv(&mut r).await, expected, "out of order");
+                            }
+                        })
+                    })
+                    .collect();
+                for h in handles {
+                    h.await.expect("a replaying task panicked");
+                }
+                let elapsed = begun.elapsed();
+                done.store(true, Ordering::Relaxed);
+                (elapsed, neighbour.await.expect("the neighbour panicked"))
+            })
+    });
+    let (elapsed, gaps) = runtime.join().unwrap();
+    drop(source);
+    (n as f64 / elapsed.as_secs_f64() / 1e6, gaps)
+}
