@@ -700,6 +700,20 @@ impl<T: Send + Sync + 'static> GroupMember<T> {
         self.waker.take_interrupt() || self.group.version.load(Ordering::SeqCst) != self.seen
     }
 
+    /// The reader whose turn it is, if the member has nothing to sync (no change of the group to
+    /// apply or report): an async poll's fast path takes records from it without syncing.
+    #[cfg(feature = "async")]
+    #[inline]
+    pub(crate) fn settled_turn(&self) -> Option<(usize, &Reader<T>)> {
+        // SeqCst: as `sync`'s look at the version (see the module's Orderings).
+        let settled = self.pending.is_none()
+            && self.reported_revoke.is_none()
+            && self.group.version.load(Ordering::SeqCst) == self.seen;
+        settled
+            .then(|| self.readers.get(self.next).map(|r| (self.next, r)))
+            .flatten()
+    }
+
     #[cfg(feature = "async")]
     pub(crate) fn async_parts(&mut self) -> (&mut [Reader<T>], usize, Arc<Waker>) {
         (&mut self.readers, self.next, Arc::clone(&self.waker))

@@ -10,6 +10,17 @@
 //! only then returns `Pending`. A publisher that finds a parked reader wakes the futex and the task
 //! waker alike; a publisher that finds none does no more work than without async (I5).
 //!
+//! A wait is kept by the reader, consumer or group member, not by the future: it lasts until a
+//! poll completes, so a task that drops its `next_async` (a `select!` whose other branch won) and
+//! polls a fresh one goes on with the same wait, and parks once `yield_for` has passed since its
+//! first empty poll rather than yielding afresh on every future.
+//!
+//! A task that finds records at every poll would keep its thread until it caught up, starving
+//! the other tasks there (a replay of a long history does). So after
+//! [`WaitStrategy::task_budget`](crate::WaitStrategy::task_budget) polls in a row completed at
+//! once, the next one wakes the task and returns `Pending`, taking nothing: a runtime-agnostic
+//! form of tokio's cooperative budget.
+//!
 //! The yielding spares a stream that pauses briefly the announcement's heavy barrier (an interrupt
 //! to every other core running the process, several microseconds on a VM) and the wake-up; a task
 //! that announced at every poll finding nothing paid it each time it caught up with its publisher,
@@ -109,6 +120,14 @@ impl TaskWait {
     }
 }
 
+/// Whether a task that completed `ready_run` polls in a row at once may complete another without
+/// yielding, reading `reader`'s topic: `ready_run < budget`, where a budget of 0 (never spent)
+/// wraps to the most.
+#[inline(always)]
+fn within<T: Send + Sync + 'static>(ready_run: u32, reader: &Reader<T>) -> bool {
+    ready_run <= reader.log().wait.task_budget.wrapping_sub(1)
+}
+
 /// The task budget of a set of readers (they share a topic and its wait strategy).
 fn budget<T: Send + Sync + 'static>(readers: &[Reader<T>]) -> u32 {
     readers.first().map_or(0, |r| r.log().wait.task_budget)
@@ -201,9 +220,7 @@ fn poll_one<T: Send + Sync + 'static>(
     cx: &mut Context<'_>,
 ) -> Poll<Result<(), ReadError>> {
     let wait = &reader.task_wait;
-    // Within the budget: `ready_run < budget`, where a budget of 0 (never spent) wraps to the most.
-    let within = wait.ready_run <= reader.log().wait.task_budget.wrapping_sub(1);
-    if !wait.announced && within && reader.has_ready() {
+    if !wait.announced && within(wait.ready_run, reader) && reader.has_ready() {
         return reader.task_wait.ended(Ok(()));
     }
     poll_one_slow(reader, cx)
@@ -357,6 +374,7 @@ impl<T: Send + Sync + 'static> fmt::Debug for PollBatch<'_, T> {
 impl<'c, T: Send + Sync + 'static> Future for PollBatch<'c, T> {
     type Output = Result<Batch<'c, T>, ReadError>;
 
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         let consumer = this
@@ -375,16 +393,40 @@ impl<'c, T: Send + Sync + 'static> Future for PollBatch<'c, T> {
 }
 
 impl<T: Send + Sync + 'static> Drop for PollBatch<'_, T> {
+    #[inline]
     fn drop(&mut self) {
         if let Some(consumer) = self.consumer.as_mut() {
-            leave_consumer(consumer);
+            if consumer.task_wait.announced {
+                leave_consumer(consumer);
+            }
         }
     }
 }
 
 /// One poll of a consumer, its wait kept in the consumer: the index of a reader with records
-/// ready, an error, or `Pending` (yielding, or announced).
+/// ready, an error, or `Pending` (yielding, or announced). Inlined where the partition whose turn
+/// it is has records already looked up (as [`poll_one`]; out of line, with the waker's reference
+/// count taken and given back, a one-record poll cost several times a reader's); everything else
+/// is [`poll_consumer_slow`].
+#[inline(always)]
 fn poll_consumer<T: Send + Sync + 'static>(
+    consumer: &mut Consumer<T>,
+    cx: &mut Context<'_>,
+    max: u64,
+) -> Poll<Result<usize, (usize, ReadError)>> {
+    let (announced, ready_run) = (consumer.task_wait.announced, consumer.task_wait.ready_run);
+    let from = consumer.rotation();
+    if let Some(reader) = consumer.readers_mut().get(from) {
+        if !announced && within(ready_run, reader) && reader.has_ready() {
+            return consumer.task_wait.ended(Ok(from));
+        }
+    }
+    poll_consumer_slow(consumer, cx, max)
+}
+
+/// The rest of [`poll_consumer`]: the budget, a scan of the partitions, and the wait.
+#[inline(never)]
+fn poll_consumer_slow<T: Send + Sync + 'static>(
     consumer: &mut Consumer<T>,
     cx: &mut Context<'_>,
     max: u64,
@@ -465,8 +507,29 @@ impl<T: Send + Sync + 'static> fmt::Debug for PollGroup<'_, T> {
 }
 
 /// One poll of a member, its wait kept in the member: a ready reader's index, a rebalance or
-/// error, or `Pending` (yielding, or announced).
+/// error, or `Pending` (yielding, or announced). Inlined where the member has no group change to
+/// apply and the partition whose turn it is has records already looked up (as [`poll_one`]);
+/// everything else is [`poll_member_slow`].
+#[inline(always)]
 fn poll_member<T: Send + Sync + 'static>(
+    member: &mut GroupMember<T>,
+    cx: &mut Context<'_>,
+    max: u64,
+) -> Poll<Result<usize, GroupError>> {
+    let (announced, ready_run) = (member.task_wait.announced, member.task_wait.ready_run);
+    if !announced {
+        if let Some((i, reader)) = member.settled_turn() {
+            if within(ready_run, reader) && reader.has_ready() {
+                return member.task_wait.ended(Ok(i));
+            }
+        }
+    }
+    poll_member_slow(member, cx, max)
+}
+
+/// The rest of [`poll_member`]: the budget, the group's changes, a scan, and the wait.
+#[inline(never)]
+fn poll_member_slow<T: Send + Sync + 'static>(
     member: &mut GroupMember<T>,
     cx: &mut Context<'_>,
     max: u64,
@@ -527,6 +590,7 @@ fn poll_member_with<T: Send + Sync + 'static>(
 impl<'m, T: Send + Sync + 'static> Future for PollGroup<'m, T> {
     type Output = Result<Batch<'m, T>, GroupError>;
 
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         let member = this
@@ -545,9 +609,12 @@ impl<'m, T: Send + Sync + 'static> Future for PollGroup<'m, T> {
 }
 
 impl<T: Send + Sync + 'static> Drop for PollGroup<'_, T> {
+    #[inline]
     fn drop(&mut self) {
         if let Some(member) = self.member.as_mut() {
-            leave_member(member);
+            if member.task_wait.announced {
+                leave_member(member);
+            }
         }
     }
 }

@@ -534,6 +534,46 @@ fn a_replaying_task_lets_its_neighbours_run() {
     );
 }
 
+/// A member task that has records looked up in every partition still hears of a group change
+/// before it takes another: a join revokes two of its partitions at its next poll, which reports
+/// it, and after the hand-over it reads only the partitions it kept.
+#[test]
+fn a_member_task_with_records_ready_hears_of_a_join_first() {
+    use logbus::GroupError;
+    let topic: Topic<u64> = Topic::new("join-ready", TopicConfig::default().partitions(4)).unwrap();
+    let group = topic.group("g").unwrap();
+    let mut b = group.join("b").unwrap();
+    for v in 0..40 {
+        topic.publish_to((v % 4) as u32, v).unwrap();
+    }
+    let waker = noop_waker();
+    let mut cx = Context::from_waker(&waker);
+    let mut poll = |m: &mut logbus::GroupMember<u64>| match pin!(m.poll_async(1)).poll(&mut cx) {
+        Poll::Ready(Ok(batch)) => Ok((batch.partition(), batch.len())),
+        Poll::Ready(Err(e)) => Err(e),
+        Poll::Pending => panic!("records are ready"),
+    };
+    assert!(matches!(poll(&mut b), Err(GroupError::Rebalanced(r)) if r.assigned == [0, 1, 2, 3]));
+    // Two turns over the partitions: each has its records looked up.
+    for turn in 0..8 {
+        let (partition, len) = poll(&mut b).unwrap();
+        assert_eq!((partition, len), (turn % 4, 1));
+    }
+    // `a` sorts first, so it is to have partitions 0 and 1.
+    let mut a = group.join("a").unwrap();
+    assert!(matches!(poll(&mut b), Err(GroupError::Rebalanced(r)) if r.revoked == [0, 1]));
+    let _ = poll(&mut b); // releases them (or reads a record of a kept partition)
+    assert_eq!(b.assignment(), [2, 3]);
+    for _ in 0..6 {
+        let (partition, _) = poll(&mut b).unwrap();
+        assert!(
+            [2, 3].contains(&partition),
+            "read partition {partition} after losing it"
+        );
+    }
+    assert!(matches!(poll(&mut a), Err(GroupError::Rebalanced(r)) if r.assigned == [0, 1]));
+}
+
 /// The iterator adapters (no feature needed, tested here beside the streams they mirror).
 #[test]
 fn iterating_a_reader() {
