@@ -197,6 +197,13 @@ impl<T: Send + Sync + 'static> Consumer<T> {
         self.readers[partition as usize].reposition(offset);
     }
 
+    /// The reader whose turn it is (async polls' fast path).
+    #[cfg(feature = "async")]
+    #[inline]
+    pub(crate) fn turn(&self) -> Option<(usize, &Reader<T>)> {
+        self.readers.get(self.next).map(|r| (self.next, r))
+    }
+
     /// Where the next scan starts (async polls).
     #[cfg(feature = "async")]
     pub(crate) fn rotation(&self) -> usize {

@@ -120,12 +120,14 @@ impl TaskWait {
     }
 }
 
-/// Whether a task that completed `ready_run` polls in a row at once may complete another without
-/// yielding, reading `reader`'s topic: `ready_run < budget`, where a budget of 0 (never spent)
-/// wraps to the most.
+/// The fast path's test (see [`poll_one`]): `reader` has records already looked up, and the wait
+/// is neither announced nor out of budget (`ready_run < budget`, where a budget of 0, never
+/// spent, wraps to the most).
 #[inline(always)]
-fn within<T: Send + Sync + 'static>(ready_run: u32, reader: &Reader<T>) -> bool {
-    ready_run <= reader.log().wait.task_budget.wrapping_sub(1)
+fn ready_at_once<T: Send + Sync + 'static>(wait: &TaskWait, reader: &Reader<T>) -> bool {
+    !wait.announced
+        && wait.ready_run <= reader.log().wait.task_budget.wrapping_sub(1)
+        && reader.has_ready()
 }
 
 /// The task budget of a set of readers (they share a topic and its wait strategy).
@@ -219,8 +221,7 @@ fn poll_one<T: Send + Sync + 'static>(
     reader: &mut Reader<T>,
     cx: &mut Context<'_>,
 ) -> Poll<Result<(), ReadError>> {
-    let wait = &reader.task_wait;
-    if !wait.announced && within(wait.ready_run, reader) && reader.has_ready() {
+    if ready_at_once(&reader.task_wait, reader) {
         return reader.task_wait.ended(Ok(()));
     }
     poll_one_slow(reader, cx)
@@ -414,11 +415,9 @@ fn poll_consumer<T: Send + Sync + 'static>(
     cx: &mut Context<'_>,
     max: u64,
 ) -> Poll<Result<usize, (usize, ReadError)>> {
-    let (announced, ready_run) = (consumer.task_wait.announced, consumer.task_wait.ready_run);
-    let from = consumer.rotation();
-    if let Some(reader) = consumer.readers_mut().get(from) {
-        if !announced && within(ready_run, reader) && reader.has_ready() {
-            return consumer.task_wait.ended(Ok(from));
+    if let Some((i, reader)) = consumer.turn() {
+        if ready_at_once(&consumer.task_wait, reader) {
+            return consumer.task_wait.ended(Ok(i));
         }
     }
     poll_consumer_slow(consumer, cx, max)
@@ -516,12 +515,9 @@ fn poll_member<T: Send + Sync + 'static>(
     cx: &mut Context<'_>,
     max: u64,
 ) -> Poll<Result<usize, GroupError>> {
-    let (announced, ready_run) = (member.task_wait.announced, member.task_wait.ready_run);
-    if !announced {
-        if let Some((i, reader)) = member.settled_turn() {
-            if within(ready_run, reader) && reader.has_ready() {
-                return member.task_wait.ended(Ok(i));
-            }
+    if let Some((i, reader)) = member.settled_turn() {
+        if ready_at_once(&member.task_wait, reader) {
+            return member.task_wait.ended(Ok(i));
         }
     }
     poll_member_slow(member, cx, max)

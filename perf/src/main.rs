@@ -1108,6 +1108,14 @@ fn filled(config: TopicConfig<u64>, n: u64) -> Topic<u64> {
     t
 }
 
+/// Column `q` of rows whose runs each gave several figures (a latency run's percentiles, a
+/// replay's rate and waits), as rows of one figure a run, for [`Report::table`].
+fn column<const K: usize>(rows: &[Row<[f64; K]>], q: usize) -> Vec<Row<f64>> {
+    rows.iter()
+        .map(|(n, o, v)| (*n, *o, v.iter().map(|x| x[q]).collect()))
+        .collect()
+}
+
 /// Whether `bus` takes part in a throughput run with `producers` producers (it supports that
 /// many, and `--only` names it).
 fn runs_here<B: Bus>(bus: &B, o: &Options, producers: usize) -> bool {
@@ -1815,10 +1823,7 @@ fn main() {
             }
             let labels = ["p50", "p90", "p99", "p99.9", "max"];
             for (q, label) in labels.iter().enumerate() {
-                let table: Vec<Row<f64>> = rows
-                    .iter()
-                    .map(|(n, o, v)| (*n, *o, v.iter().map(|x| x[q]).collect()))
-                    .collect();
+                let table = column(&rows, q);
                 r.table(
                     &format!(
                         "## {scenario} 1→{subs} {label} (ns; one message per {period:?}; floor {} one-way{handover}{})",
@@ -1903,10 +1908,7 @@ fn main() {
                     false,
                 ),
             ] {
-                let table: Vec<Row<f64>> = rows
-                    .iter()
-                    .map(|(n, o, v)| (*n, *o, v.iter().map(|x| x[q]).collect()))
-                    .collect();
+                let table = column(&rows, q);
                 r.table(
                     &format!(
                         "## async-replay 1→{subs}: {n} records in the log before {subs} task(s) replay them from the first ({what}; the neighbour yields in a loop on the same runtime; {placement}{})",
