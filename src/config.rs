@@ -82,8 +82,9 @@ pub enum Overflow {
 /// waits for room. `spin_polls` and `yield_after_batch` do not apply to tasks, nor does a blocked
 /// publisher's lengthening of its yielding. A task's wait lasts until it finds records, across
 /// futures: one that drops its `next_async` and polls a fresh one (a `select!` whose other branch
-/// won) goes on with the same wait, so it still parks once `yield_for` has passed. A task that finds records at every poll yields to its
-/// executor once in [`task_budget`](WaitStrategy::task_budget) polls.
+/// won) goes on with the same wait, so it still parks once `yield_for` has passed. A task that
+/// finds records at every poll yields to its executor once in
+/// [`task_budget`](WaitStrategy::task_budget) polls.
 ///
 /// The defaults were measured on a 2-core VM (see the README): polling lands a record paced every
 /// 2 µs within ~100 ns; yielding before parking avoids the ~19 µs futex wake-up for records paced up

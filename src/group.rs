@@ -714,6 +714,12 @@ impl<T: Send + Sync + 'static> GroupMember<T> {
             .flatten()
     }
 
+    /// The topic's task budget (see `WaitStrategy::task_budget`).
+    #[cfg(feature = "async")]
+    pub(crate) fn task_budget(&self) -> u32 {
+        self.topic.config().wait.task_budget
+    }
+
     #[cfg(feature = "async")]
     pub(crate) fn async_parts(&mut self) -> (&mut [Reader<T>], usize, Arc<Waker>) {
         (&mut self.readers, self.next, Arc::clone(&self.waker))

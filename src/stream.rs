@@ -542,7 +542,7 @@ fn poll_member_with<T: Send + Sync + 'static>(
     cx: &mut Context<'_>,
     max: u64,
 ) -> Poll<Result<usize, GroupError>> {
-    if wait.spent(budget(member.async_parts().0), cx) {
+    if wait.spent(member.task_budget(), cx) {
         return Poll::Pending;
     }
     loop {
