@@ -58,7 +58,7 @@ use crate::{
     log::{Log, Waker},
     reader::{Batch, OwnedRecord, Reader, Record, SCAN},
     sync::Arc,
-    topic::{Published, Topic},
+    topic::{Producer, Published, Topic},
     wait::scan,
 };
 
@@ -737,6 +737,133 @@ impl<T: Send + Sync + 'static> Drop for PublishAsync<'_, T> {
     fn drop(&mut self) {
         if self.wait.announced {
             self.topic.partition_log(self.partition).withdraw_blocked();
+        }
+    }
+}
+
+impl<T: Send + Sync + 'static> Producer<T> {
+    /// Publishes a record (round-robin over partitions, as [`Producer::publish`]) without
+    /// blocking the thread: on a topic whose overflow policy is [`Overflow::Block`], the task
+    /// waits until the slowest reader makes room (or the topic closes), yielding to its executor
+    /// first and then parked, as [`Topic::publish_async`] waits; under the other policies it
+    /// completes at once. Where the record fits, the poll is [`Producer::publish`]'s own path,
+    /// inlined into the caller's future. The value is handed back on every error; dropping the
+    /// future before it completes publishes nothing and drops the value.
+    ///
+    /// ```
+    /// # futures::executor::block_on(async {
+    /// use logbus::{Overflow, Start, Topic, TopicConfig};
+    /// let config = TopicConfig::default().single_producer().max_records(1).overflow(Overflow::Block);
+    /// let topic = Topic::<u32>::new("gate", config).unwrap();
+    /// let mut reader = topic.reader(0, Start::Earliest).unwrap();
+    /// let mut producer = topic.producer().unwrap();
+    /// producer.publish_async(1).await.unwrap();
+    /// // The log is full until the reader reads; a thread reads in a moment.
+    /// let t = std::thread::spawn(move || *reader.next().unwrap());
+    /// let second = producer.publish_async(2).await.unwrap();
+    /// assert_eq!((second.offset, t.join().unwrap()), (1, 1));
+    /// # });
+    /// ```
+    pub fn publish_async(&mut self, value: T) -> ProducerPublish<'_, T> {
+        ProducerPublish {
+            producer: self,
+            partition: None,
+            value: Some(value),
+            wait: TaskWait::default(),
+        }
+    }
+}
+
+/// The future of [`Producer::publish_async`].
+#[must_use = "futures do nothing unless polled"]
+pub struct ProducerPublish<'p, T: Send + Sync + 'static> {
+    producer: &'p mut Producer<T>,
+    /// Picked by the first try, kept for the tries after it (the value goes where it was meant).
+    partition: Option<u32>,
+    value: Option<T>,
+    wait: TaskWait,
+}
+
+impl<T: Send + Sync + 'static> fmt::Debug for ProducerPublish<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProducerPublish")
+            .field("topic", &self.producer.topic().name())
+            .field("partition", &self.partition)
+            .field("done", &self.value.is_none())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Send + Sync + 'static> Unpin for ProducerPublish<'_, T> {}
+
+impl<T: Send + Sync + 'static> Future for ProducerPublish<'_, T> {
+    type Output = Result<Published, PublishError<T>>;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        if !this.wait.announced {
+            let value = this
+                .value
+                .take()
+                .expect("ProducerPublish polled after it completed");
+            match this.producer.publish_or_full(&mut this.partition, value) {
+                Err(PublishError::Full(value)) => this.value = Some(value),
+                done => return Poll::Ready(done),
+            }
+        }
+        wait_for_room(this, cx)
+    }
+}
+
+/// The rest of a [`ProducerPublish`] poll, out of line: the log was full, or the task waits
+/// announced. The same wait as [`PublishAsync`]'s.
+#[inline(never)]
+fn wait_for_room<T: Send + Sync + 'static>(
+    this: &mut ProducerPublish<'_, T>,
+    cx: &mut Context<'_>,
+) -> Poll<Result<Published, PublishError<T>>> {
+    let topic = this.producer.topic().clone();
+    let partition = this.partition.expect("a failed try picked its partition");
+    let log = topic.partition_log(partition);
+    loop {
+        if std::mem::take(&mut this.wait.announced) {
+            log.withdraw_blocked();
+            let value = this
+                .value
+                .take()
+                .expect("ProducerPublish polled after it completed");
+            match this.producer.publish_or_full(&mut this.partition, value) {
+                Err(PublishError::Full(value)) => this.value = Some(value),
+                done => return Poll::Ready(done),
+            }
+        }
+        match this.value.take() {
+            // `Full` under `Block`: wait for room, yielding first (see `poll_ready`).
+            Some(value) if topic.config().overflow == Overflow::Block => {
+                this.value = Some(value);
+                if this.wait.yielded(topic.config().wait.yield_for, cx) {
+                    return Poll::Pending;
+                }
+                log.announce_blocked(cx.waker());
+                this.wait.announced = true;
+                // The re-check after announcing: either it sees the room a reader made, or that
+                // reader sees us and wakes the task (the handshake of `wait_for_room`).
+                if !log.room_for_one() {
+                    return Poll::Pending;
+                }
+            }
+            // `Full` under `Reject`: the caller's to handle.
+            Some(value) => return Poll::Ready(Err(PublishError::Full(value))),
+            None => unreachable!("a full log handed the value back"),
+        }
+    }
+}
+
+impl<T: Send + Sync + 'static> Drop for ProducerPublish<'_, T> {
+    fn drop(&mut self) {
+        if let (true, Some(p)) = (self.wait.announced, self.partition) {
+            self.producer.topic().partition_log(p).withdraw_blocked();
         }
     }
 }

@@ -752,7 +752,56 @@ impl<T: Send + Sync + 'static> Producer<T> {
     }
 }
 
+#[cfg(feature = "async")]
+impl<T: Send + Sync + 'static> Producer<T> {
+    /// One try of an async publish (`Producer::publish_async`): publishes `value` to `partition`,
+    /// picking it first if it is `None` (round-robin, as `publish`), and under `Block` fails with
+    /// `Full` where `publish` would wait. A one-partition single-producer topic takes the kept
+    /// short path first, as `publish` does.
+    #[inline(always)]
+    pub(crate) fn publish_or_full(
+        &mut self,
+        partition: &mut Option<u32>,
+        value: T,
+    ) -> Result<Published, PublishError<T>> {
+        let value = if self.fast.plain_single {
+            // SAFETY: `inner.first` holds the `Arc` that keeps the log alive (see `Fast::log`).
+            let log = unsafe { self.fast.log.as_ref() };
+            match log.publish_kept(&mut self.fast.kept, value) {
+                Ok(offset) => {
+                    return Ok(Published {
+                        partition: 0,
+                        offset,
+                    })
+                }
+                Err(value) => value,
+            }
+        } else {
+            value
+        };
+        self.on_inner(|inner| {
+            let p = *partition.get_or_insert_with(|| inner.pick());
+            inner.publish_or_full(p, value)
+        })
+    }
+}
+
 impl<T: Send + Sync + 'static> Inner<T> {
+    /// [`Producer::publish_or_full`] past the kept short path: a log that never waits publishes
+    /// as `publish` does, by its short path; one under `Block` by the long path, which says
+    /// `Full` instead of waiting.
+    #[cfg(feature = "async")]
+    #[inline(never)]
+    fn publish_or_full(&mut self, partition: u32, value: T) -> Result<Published, PublishError<T>> {
+        let (log, w) = part(&mut self.first, &mut self.rest, partition);
+        let published = if log.overflow() == Overflow::Block {
+            log.publish_or_full(w, value)
+        } else {
+            log.publish(w, value, None)
+        };
+        published.map(|offset| Published { partition, offset })
+    }
+
     /// Partition 0's kept state, taken again (see `Producer::on_inner`). Inlined: a few loads
     /// and one store, through `inner`'s address only, after a call that did real work.
     #[inline(always)]

@@ -874,6 +874,95 @@ fn a_blocked_publishing_task_yields_then_waits_for_room() {
     }
 }
 
+/// A `Producer`'s async publish waits as `Topic::publish_async` does: yielding first, then
+/// announced, woken by the read that makes room; the value goes where the first try meant it.
+/// Single and many producers, one partition and two.
+#[test]
+fn a_producer_task_yields_then_waits_for_room() {
+    use logbus::Overflow;
+    for (single, partitions) in [(true, 1), (false, 1), (true, 2), (false, 2)] {
+        let yield_for = Duration::from_millis(2);
+        let mut config = TopicConfig::default()
+            .partitions(partitions)
+            .max_records(1)
+            .overflow(Overflow::Block)
+            .wait(WaitStrategy::default().yield_for(yield_for));
+        if single {
+            config = config.single_producer();
+        }
+        let topic: Topic<u64> = Topic::new("gate", config).unwrap();
+        let mut readers: Vec<_> = (0..partitions)
+            .map(|p| topic.reader(p, Start::Earliest).unwrap())
+            .collect();
+        let mut producer = topic.producer().unwrap();
+        let (count, waker) = counting_waker();
+        let mut cx = Context::from_waker(&waker);
+        // Fill every partition.
+        for v in 0..partitions as u64 {
+            let mut publish = pin!(producer.publish_async(v));
+            let Poll::Ready(Ok(p)) = publish.as_mut().poll(&mut cx) else {
+                panic!("room for the first record")
+            };
+            assert_eq!((p.partition, p.offset), (v as u32, 0));
+        }
+        // The next goes to partition 0, full: yielding, then announced.
+        let mut publish = pin!(producer.publish_async(10));
+        assert!(publish.as_mut().poll(&mut cx).is_pending(), "full");
+        assert_eq!(wakes(&count), 1, "yielding: woken by its own poll");
+        std::thread::sleep(yield_for * 3);
+        assert!(publish.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(wakes(&count), 1, "announced: not woken by its poll");
+        if partitions > 1 {
+            read_one(&mut readers[1], 1);
+            assert_eq!(wakes(&count), 1, "room elsewhere wakes nobody");
+        }
+        read_one(&mut readers[0], 0);
+        assert_eq!(wakes(&count), 2, "the read made room and woke it");
+        let Poll::Ready(Ok(p)) = publish.as_mut().poll(&mut cx) else {
+            panic!("room after the read")
+        };
+        assert_eq!(
+            (p.partition, p.offset),
+            (0, 1),
+            "where the first try meant it"
+        );
+        assert_eq!(parking(&topic).0, 0);
+        read_one(&mut readers[0], 10);
+    }
+}
+
+/// A producer task and the reader task that makes its room share one runtime thread: a producer
+/// that blocked its thread when the log is full would never let the reader run. Through a small
+/// `Block` log, every record arrives in order.
+#[test]
+fn a_producer_task_and_its_reader_share_a_thread() {
+    use logbus::Overflow;
+    const RECORDS: u64 = 20_000;
+    let config = TopicConfig::default()
+        .single_producer()
+        .max_records(8)
+        .overflow(Overflow::Block);
+    let topic: Topic<u64> = Topic::new("shared", config).unwrap();
+    let mut reader = topic.reader(0, Start::Earliest).unwrap();
+    let mut producer = topic.producer().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let read = runtime.block_on(async move {
+        let reading = tokio::spawn(async move {
+            for expected in 0..RECORDS {
+                assert_eq!(*reader.next_async().await.unwrap(), expected);
+            }
+            RECORDS
+        });
+        for v in 0..RECORDS {
+            assert_eq!(producer.publish_async(v).await.unwrap().offset, v);
+        }
+        reading.await.unwrap()
+    });
+    assert_eq!(read, RECORDS);
+}
+
 /// Closing the topic wakes an async publisher waiting for room; it gets its value back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn close_wakes_a_waiting_async_publisher() {

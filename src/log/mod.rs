@@ -2576,6 +2576,17 @@ impl<T: Send + Sync + 'static> Log<T> {
         }
     }
 
+    /// The long path of [`Log::publish`] that never waits: under `Block` it fails with `Full`
+    /// where it would have waited for room (a producer's async publish, which waits as a task).
+    #[cfg(feature = "async")]
+    pub(crate) fn publish_or_full(
+        &self,
+        w: &mut Writer<T>,
+        value: T,
+    ) -> Result<u64, PublishError<T>> {
+        self.publish_with(w, value, None, None, self.overflow_without_waiting())
+    }
+
     /// The long path of [`Log::publish`]: every policy, every kind of log.
     #[inline(never)]
     fn publish_with(
