@@ -802,67 +802,79 @@ impl<T: Send + Sync + 'static> Future for ProducerPublish<'_, T> {
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        if !this.wait.announced {
-            let value = this
-                .value
-                .take()
-                .expect("ProducerPublish polled after it completed");
-            match this.producer.publish_or_full(&mut this.partition, value) {
-                Err(PublishError::Full(value)) => this.value = Some(value),
-                done => return Poll::Ready(done),
-            }
-        }
-        wait_for_room(this, cx)
+        let tried = if this.wait.announced {
+            Err(PublishError::Full(()))
+        } else {
+            this.producer
+                .try_publish(&mut this.partition, &mut this.value)
+        };
+        let done = match tried {
+            Err(PublishError::Full(())) => match wait_for_room(this, cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(done) => done,
+            },
+            done => done,
+        };
+        // Built once, where the paths meet (see `Producer::try_publish`).
+        Poll::Ready(match done {
+            Ok(offset) => Ok(Published {
+                partition: this.partition.unwrap_or(0),
+                offset,
+            }),
+            Err(e) => Err(e.map(|()| {
+                this.value
+                    .take()
+                    .expect("a failed try hands the value back")
+            })),
+        })
     }
 }
 
-/// The rest of a [`ProducerPublish`] poll, out of line: the log was full, or the task waits
-/// announced. The same wait as [`PublishAsync`]'s.
+/// The rest of a [`ProducerPublish`] poll, out of line: the last try found the log full, or the
+/// task waits announced. The same wait as [`PublishAsync`]'s; the outcome as
+/// [`Producer::try_publish`] gives it (the value, on failure, back in the future).
 #[inline(never)]
 fn wait_for_room<T: Send + Sync + 'static>(
     this: &mut ProducerPublish<'_, T>,
     cx: &mut Context<'_>,
-) -> Poll<Result<Published, PublishError<T>>> {
+) -> Poll<Result<u64, PublishError<()>>> {
     let topic = this.producer.topic().clone();
-    let partition = this.partition.expect("a failed try picked its partition");
+    let partition = this.partition.unwrap_or(0);
     let log = topic.partition_log(partition);
     loop {
         if std::mem::take(&mut this.wait.announced) {
             log.withdraw_blocked();
-            let value = this
-                .value
-                .take()
-                .expect("ProducerPublish polled after it completed");
-            match this.producer.publish_or_full(&mut this.partition, value) {
-                Err(PublishError::Full(value)) => this.value = Some(value),
+            match this
+                .producer
+                .try_publish(&mut this.partition, &mut this.value)
+            {
+                Err(PublishError::Full(())) => {}
                 done => return Poll::Ready(done),
             }
         }
-        match this.value.take() {
-            // `Full` under `Block`: wait for room, yielding first (see `poll_ready`).
-            Some(value) if topic.config().overflow == Overflow::Block => {
-                this.value = Some(value);
-                if this.wait.yielded(topic.config().wait.yield_for, cx) {
-                    return Poll::Pending;
-                }
-                log.announce_blocked(cx.waker());
-                this.wait.announced = true;
-                // The re-check after announcing: either it sees the room a reader made, or that
-                // reader sees us and wakes the task (the handshake of `wait_for_room`).
-                if !log.room_for_one() {
-                    return Poll::Pending;
-                }
-            }
-            // `Full` under `Reject`: the caller's to handle.
-            Some(value) => return Poll::Ready(Err(PublishError::Full(value))),
-            None => unreachable!("a full log handed the value back"),
+        // `Full` under `Reject`: the caller's to handle.
+        if topic.config().overflow != Overflow::Block {
+            return Poll::Ready(Err(PublishError::Full(())));
+        }
+        // Under `Block`: wait for room, yielding first (see `poll_ready`).
+        if this.wait.yielded(topic.config().wait.yield_for, cx) {
+            return Poll::Pending;
+        }
+        log.announce_blocked(cx.waker());
+        this.wait.announced = true;
+        // The re-check after announcing: either it sees the room a reader made, or that reader
+        // sees us and wakes the task (the handshake of `wait_for_room`).
+        if !log.room_for_one() {
+            return Poll::Pending;
         }
     }
 }
 
 impl<T: Send + Sync + 'static> Drop for ProducerPublish<'_, T> {
+    #[inline]
     fn drop(&mut self) {
-        if let (true, Some(p)) = (self.wait.announced, self.partition) {
+        if self.wait.announced {
+            let p = self.partition.unwrap_or(0);
             self.producer.topic().partition_log(p).withdraw_blocked();
         }
     }

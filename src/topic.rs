@@ -754,52 +754,57 @@ impl<T: Send + Sync + 'static> Producer<T> {
 
 #[cfg(feature = "async")]
 impl<T: Send + Sync + 'static> Producer<T> {
-    /// One try of an async publish (`Producer::publish_async`): publishes `value` to `partition`,
-    /// picking it first if it is `None` (round-robin, as `publish`), and under `Block` fails with
-    /// `Full` where `publish` would wait. A one-partition single-producer topic takes the kept
-    /// short path first, as `publish` does.
+    /// One try of an async publish (`Producer::publish_async`): publishes the value in `slot` to
+    /// `partition`, picking it first if it is `None` (round-robin, as `publish`), and under
+    /// `Block` fails with `Full` where `publish` would wait; on failure the value is back in
+    /// `slot`. A one-partition single-producer topic takes the kept short path first, as
+    /// `publish` does, and leaves `partition` alone (it is 0).
+    ///
+    /// The outcome is two words, in registers: the caller's future builds its `Published` or
+    /// error once, after its fast and slow paths meet. A whole `Result<Published, PublishError<T>>`
+    /// from the out-of-line path made the caller's inlined fast path store its result in memory
+    /// for the join, and read it back at once, with a wider load than its stores (a stall).
     #[inline(always)]
-    pub(crate) fn publish_or_full(
+    pub(crate) fn try_publish(
         &mut self,
         partition: &mut Option<u32>,
-        value: T,
-    ) -> Result<Published, PublishError<T>> {
+        slot: &mut Option<T>,
+    ) -> Result<u64, PublishError<()>> {
+        let value = slot.take().expect("a value to publish");
         let value = if self.fast.plain_single {
             // SAFETY: `inner.first` holds the `Arc` that keeps the log alive (see `Fast::log`).
             let log = unsafe { self.fast.log.as_ref() };
             match log.publish_kept(&mut self.fast.kept, value) {
-                Ok(offset) => {
-                    return Ok(Published {
-                        partition: 0,
-                        offset,
-                    })
-                }
+                Ok(offset) => return Ok(offset),
                 Err(value) => value,
             }
         } else {
             value
         };
-        self.on_inner(|inner| {
-            let p = *partition.get_or_insert_with(|| inner.pick());
-            inner.publish_or_full(p, value)
-        })
+        self.on_inner(|inner| inner.try_publish(partition, value, slot))
     }
 }
 
 impl<T: Send + Sync + 'static> Inner<T> {
-    /// [`Producer::publish_or_full`] past the kept short path: a log that never waits publishes
-    /// as `publish` does, by its short path; one under `Block` by the long path, which says
-    /// `Full` instead of waiting.
+    /// [`Producer::try_publish`] past the kept short path: a log that never waits publishes as
+    /// `publish` does, by its short path; one under `Block` by the long path, which says `Full`
+    /// instead of waiting.
     #[cfg(feature = "async")]
     #[inline(never)]
-    fn publish_or_full(&mut self, partition: u32, value: T) -> Result<Published, PublishError<T>> {
-        let (log, w) = part(&mut self.first, &mut self.rest, partition);
+    fn try_publish(
+        &mut self,
+        partition: &mut Option<u32>,
+        value: T,
+        slot: &mut Option<T>,
+    ) -> Result<u64, PublishError<()>> {
+        let p = *partition.get_or_insert_with(|| self.pick());
+        let (log, w) = part(&mut self.first, &mut self.rest, p);
         let published = if log.overflow() == Overflow::Block {
             log.publish_or_full(w, value)
         } else {
             log.publish(w, value, None)
         };
-        published.map(|offset| Published { partition, offset })
+        published.map_err(|e| e.map(|value| *slot = Some(value)))
     }
 
     /// Partition 0's kept state, taken again (see `Producer::on_inner`). Inlined: a few loads

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run --release -p logbus-perf --
-//!     [all|tput|batch|ceiling|lat|lat-fast|lat-slow|async|async-replay|idle|memory|floor]
+//!     [all|tput|batch|ceiling|lat|lat-fast|lat-slow|async|async-shared|async-replay|idle|memory|floor]
 //!     [--quick] [--records N] [--runs K] [--samples S] [--no-wait]
 //!     [--only NAMES] [--subs N] [--period NS]
 //! ```
@@ -1649,7 +1649,9 @@ fn main() {
                 o.slow_samples = (o.samples / 10).max(100);
             }
             w @ ("all" | "tput" | "batch" | "ceiling" | "lat" | "lat-fast" | "lat-slow"
-            | "async" | "async-replay" | "idle" | "memory" | "floor") => o.what = w.to_owned(),
+            | "async" | "async-shared" | "async-replay" | "idle" | "memory" | "floor") => {
+                o.what = w.to_owned()
+            }
             other => {
                 eprintln!("unknown argument {other}");
                 std::process::exit(2);
@@ -1850,6 +1852,52 @@ fn main() {
                     r.svg_series.push((format!("{name} (1→{subs})"), med));
                 }
             }
+        }
+    }
+    if want("async-shared") {
+        use tasks::SharedTasks;
+        let run = Run {
+            capacity: CAPACITY,
+            total: o.records as usize,
+        };
+        for subs in [1usize, 2, 4] {
+            if o.subs.is_some_and(|n| n != subs) {
+                continue;
+            }
+            let mut kept = Kept::new(run_wait, max_redos, floor_now(&pins));
+            let mut rows: Vec<Row<f64>> = Vec::new();
+            for k in 0..o.runs {
+                macro_rules! go {
+                    ($c:expr, $ours:expr) => {{
+                        let c = $c;
+                        let v = picked(&o, c.name())
+                            .then(|| kept.run(&pins, || tasks::shared(c, &pins, run, subs)));
+                        (c.name(), $ours, v)
+                    }};
+                }
+                let results = each_bus!(@in_order go, k;
+                    (&tasks::LogbusShared, true),
+                    (&tasks::TokioBroadcastShared, false),
+                    (&tasks::TokioMpscShared, false),
+                    (&tasks::KanalShared, false)
+                );
+                for (i, (name, ours, v)) in results.into_iter().enumerate() {
+                    if k == 0 {
+                        rows.push((name, ours, Vec::new()));
+                    }
+                    rows[i].2.extend(v);
+                }
+            }
+            let placement = tasks_placement(&pins.within(o.cores), subs);
+            r.table(
+                &format!(
+                    "## async-shared 1→{subs} (Mmsg/s of the slowest subscriber; the publisher a task too, on the subscribers' runtime, waiting while the source is full; {placement}{})",
+                    kept.redone_note()
+                ),
+                "Mmsg/s",
+                &rows,
+                true,
+            );
         }
     }
     if want("async-replay") {

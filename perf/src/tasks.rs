@@ -383,3 +383,155 @@ pub(crate) fn replay<C: Replay>(
     drop(source);
     (n as f64 / elapsed.as_secs_f64() / 1e6, gaps)
 }
+
+/// A source and its subscribers for the `async-shared` tables: the publisher is a task too, on
+/// the subscribers' runtime, so the whole stream runs on one thread, as in a service that both
+/// publishes and reads. Each send waits (as a task) while the source is full.
+pub(crate) trait SharedTasks: Sync {
+    type P: Send + 'static;
+    type R: Send + 'static;
+    fn name(&self) -> &'static str;
+    /// The publishing side and a receiver per subscriber, for a run of `total` messages.
+    fn open(&self, run: Run, subscribers: usize) -> (Self::P, Vec<Self::R>);
+    fn send(p: &mut Self::P, v: u64) -> impl Future<Output = ()> + Send;
+    fn recv(r: &mut Self::R) -> impl Future<Output = u64> + Send;
+}
+
+/// logbus's ring-like topic: a `Producer` publishing with `publish_async`, readers with
+/// `next_async`.
+pub(crate) struct LogbusShared;
+
+impl SharedTasks for LogbusShared {
+    type P = logbus::Producer<u64>;
+    type R = Reader<u64>;
+    fn name(&self) -> &'static str {
+        "logbus single producer, ring-like, tasks"
+    }
+    fn open(&self, run: Run, subscribers: usize) -> (Self::P, Vec<Reader<u64>>) {
+        let topic = Topic::<u64>::new("shared", logbus_ring(run.capacity)).unwrap();
+        let readers = (0..subscribers)
+            .map(|_| topic.reader(0, Start::Earliest).unwrap())
+            .collect();
+        (topic.producer().unwrap(), readers)
+    }
+    async fn send(p: &mut Self::P, v: u64) {
+        p.publish_async(v).await.expect("open");
+    }
+    async fn recv(r: &mut Reader<u64>) -> u64 {
+        *r.next_async().await.expect("open")
+    }
+}
+
+/// tokio's broadcast, sized to hold the run (it never makes a sender wait, and so never lags).
+pub(crate) struct TokioBroadcastShared;
+
+impl SharedTasks for TokioBroadcastShared {
+    type P = tokio::sync::broadcast::Sender<u64>;
+    type R = tokio::sync::broadcast::Receiver<u64>;
+    fn name(&self) -> &'static str {
+        "tokio broadcast (sized not to lag), tasks"
+    }
+    fn open(&self, run: Run, subscribers: usize) -> (Self::P, Vec<Self::R>) {
+        let (tx, _) = tokio::sync::broadcast::channel::<u64>(run.total.next_power_of_two());
+        let receivers = (0..subscribers).map(|_| tx.subscribe()).collect();
+        (tx, receivers)
+    }
+    async fn send(p: &mut Self::P, v: u64) {
+        p.send(v).expect("subscribed");
+    }
+    async fn recv(r: &mut Self::R) -> u64 {
+        r.recv().await.expect("sized not to lag")
+    }
+}
+
+/// tokio's mpsc, a bounded channel per subscriber; the publisher task sends to each in turn.
+pub(crate) struct TokioMpscShared;
+
+impl SharedTasks for TokioMpscShared {
+    type P = Vec<tokio::sync::mpsc::Sender<u64>>;
+    type R = tokio::sync::mpsc::Receiver<u64>;
+    fn name(&self) -> &'static str {
+        "tokio mpsc per subscriber, tasks"
+    }
+    fn open(&self, run: Run, subscribers: usize) -> (Self::P, Vec<Self::R>) {
+        (0..subscribers)
+            .map(|_| tokio::sync::mpsc::channel(run.capacity))
+            .unzip()
+    }
+    async fn send(p: &mut Self::P, v: u64) {
+        for s in p.iter() {
+            s.send(v).await.expect("open");
+        }
+    }
+    async fn recv(r: &mut Self::R) -> u64 {
+        r.recv().await.expect("open")
+    }
+}
+
+/// kanal, a bounded channel per subscriber, async on both sides.
+pub(crate) struct KanalShared;
+
+impl SharedTasks for KanalShared {
+    type P = Vec<kanal::AsyncSender<u64>>;
+    type R = kanal::AsyncReceiver<u64>;
+    fn name(&self) -> &'static str {
+        "kanal per subscriber, tasks"
+    }
+    fn open(&self, run: Run, subscribers: usize) -> (Self::P, Vec<Self::R>) {
+        (0..subscribers)
+            .map(|_| kanal::bounded_async(run.capacity))
+            .unzip()
+    }
+    async fn send(p: &mut Self::P, v: u64) {
+        for s in p.iter() {
+            s.send(v).await.expect("open");
+        }
+    }
+    async fn recv(r: &mut Self::R) -> u64 {
+        r.recv().await.expect("open")
+    }
+}
+
+/// One run: a publisher task sends `run.total` messages, `subscribers` tasks receive them all in
+/// order, every task on one current-thread runtime pinned where the first subscriber thread would
+/// be. Returns the slowest subscriber's rate (Mmsg/s, from the runtime's start to the last
+/// task's end).
+pub(crate) fn shared<C: SharedTasks>(c: &C, pins: &Pins, run: Run, subscribers: usize) -> f64 {
+    let (mut p, receivers) = c.open(run, subscribers);
+    let n = run.total as u64;
+    let pins = pins.clone();
+    let elapsed = thread::spawn(move || {
+        pins.subscriber(0);
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a current-thread runtime")
+            .block_on(async move {
+                let begun = std::time::Instant::now();
+                let handles: Vec<_> = receivers
+                    .into_iter()
+                    .map(|mut r| {
+                        tokio::spawn(async move {
+                            for expected in 0..n {
+                                assert_eq!(C::recv(&mut r).await, expected, "out of order");
+                            }
+                        })
+                    })
+                    .collect();
+                let publisher = tokio::spawn(async move {
+                    for v in 0..n {
+                        C::send(&mut p, v).await;
+                    }
+                    p
+                });
+                let p = publisher.await.expect("the publisher panicked");
+                for h in handles {
+                    h.await.expect("a subscriber task panicked");
+                }
+                drop(p);
+                begun.elapsed()
+            })
+    })
+    .join()
+    .unwrap();
+    n as f64 / elapsed.as_secs_f64() / 1e6
+}
