@@ -51,7 +51,7 @@ use futures_core::Stream;
 
 use crate::{
     clock,
-    config::Overflow,
+    config::{Overflow, TopicConfig},
     consumer::Consumer,
     error::{PublishError, ReadError},
     group::{GroupError, GroupMember},
@@ -699,41 +699,94 @@ impl<T: Send + Sync + 'static> Unpin for PublishAsync<'_, T> {}
 impl<T: Send + Sync + 'static> Future for PublishAsync<'_, T> {
     type Output = Result<Published, PublishError<T>>;
 
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        let log = this.topic.partition_log(this.partition);
-        loop {
-            if std::mem::take(&mut this.wait.announced) {
-                log.withdraw_blocked();
-            }
-            let value = this
-                .value
-                .take()
-                .expect("PublishAsync polled after it completed");
-            match this.topic.publish_or_full(this.partition, value) {
-                Err(PublishError::Full(value))
-                    if this.topic.config().overflow == Overflow::Block =>
-                {
-                    this.value = Some(value);
-                    // Yielding first, as a waiting reader's task does (see `poll_ready`).
-                    if this.wait.yielded(this.topic.config().wait.yield_for, cx) {
-                        return Poll::Pending;
-                    }
-                    log.announce_blocked(cx.waker());
-                    this.wait.announced = true;
-                    // The re-check after announcing: either it sees the room a reader made, or
-                    // that reader sees us and wakes the task (the handshake of `wait_for_room`).
-                    if !log.room_for_one() {
-                        return Poll::Pending;
-                    }
+        let (topic, partition) = (this.topic, this.partition);
+        let try_publish = |slot: &mut Option<T>| {
+            let value = slot.take().expect("PublishAsync polled after it completed");
+            topic
+                .publish_or_full(partition, value)
+                .map(|p| p.offset)
+                .map_err(|e| e.map(|value| *slot = Some(value)))
+        };
+        let tried = if this.wait.announced {
+            Err(PublishError::Full(()))
+        } else {
+            try_publish(&mut this.value)
+        };
+        let done = match tried {
+            Err(PublishError::Full(())) => {
+                let log = topic.partition_log(partition);
+                let retry = || try_publish(&mut this.value);
+                match wait_for_room(log, topic.config(), &mut this.wait, cx, retry) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(done) => done,
                 }
+            }
+            done => done,
+        };
+        Poll::Ready(published(done, partition, &mut this.value))
+    }
+}
+
+/// What an async publish gives back, built once where its paths meet: the offset a try gave,
+/// or its error with the value it handed back into `slot`. (A whole
+/// `Result<Published, PublishError<T>>` from an out-of-line path made the caller's inlined fast
+/// path store its result in memory for the join and read it back at once, wider than its
+/// stores: a stall. A try's two words stay in registers.)
+#[inline(always)]
+fn published<T>(
+    done: Result<u64, PublishError<()>>,
+    partition: u32,
+    slot: &mut Option<T>,
+) -> Result<Published, PublishError<T>> {
+    match done {
+        Ok(offset) => Ok(Published { partition, offset }),
+        Err(e) => Err(e.map(|()| slot.take().expect("a failed try hands the value back"))),
+    }
+}
+
+/// The wait of an async publish whose last try found `log` full, or which waits announced
+/// (`wait.announced`): withdraws and tries again (`retry`, which hands the value back on
+/// failure), and while the log stays full under `Block`, yields, then announces itself blocked
+/// and re-checks. Out of line: the common case is a try that publishes. The outcome as `retry`
+/// gives it; `Full` at once under `Reject`.
+#[inline(never)]
+fn wait_for_room<T: Send + Sync + 'static>(
+    log: &Log<T>,
+    config: &TopicConfig<T>,
+    wait: &mut TaskWait,
+    cx: &mut Context<'_>,
+    mut retry: impl FnMut() -> Result<u64, PublishError<()>>,
+) -> Poll<Result<u64, PublishError<()>>> {
+    loop {
+        if std::mem::take(&mut wait.announced) {
+            log.withdraw_blocked();
+            match retry() {
+                Err(PublishError::Full(())) => {}
                 done => return Poll::Ready(done),
             }
+        }
+        if config.overflow != Overflow::Block {
+            return Poll::Ready(Err(PublishError::Full(())));
+        }
+        // Yielding first, as a waiting reader's task does (see `poll_ready`).
+        if wait.yielded(config.wait.yield_for, cx) {
+            return Poll::Pending;
+        }
+        log.announce_blocked(cx.waker());
+        wait.announced = true;
+        // The re-check after announcing: either it sees the room a reader made, or that reader
+        // sees us and wakes the task (the handshake of `Log::wait_for_room`).
+        if !log.room_for_one() {
+            return Poll::Pending;
         }
     }
 }
 
 impl<T: Send + Sync + 'static> Drop for PublishAsync<'_, T> {
+    #[inline]
     fn drop(&mut self) {
         if self.wait.announced {
             self.topic.partition_log(self.partition).withdraw_blocked();
@@ -809,65 +862,32 @@ impl<T: Send + Sync + 'static> Future for ProducerPublish<'_, T> {
                 .try_publish(&mut this.partition, &mut this.value)
         };
         let done = match tried {
-            Err(PublishError::Full(())) => match wait_for_room(this, cx) {
+            Err(PublishError::Full(())) => match producer_wait(this, cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(done) => done,
             },
             done => done,
         };
-        // Built once, where the paths meet (see `Producer::try_publish`).
-        Poll::Ready(match done {
-            Ok(offset) => Ok(Published {
-                partition: this.partition.unwrap_or(0),
-                offset,
-            }),
-            Err(e) => Err(e.map(|()| {
-                this.value
-                    .take()
-                    .expect("a failed try hands the value back")
-            })),
-        })
+        Poll::Ready(published(
+            done,
+            this.partition.unwrap_or(0),
+            &mut this.value,
+        ))
     }
 }
 
-/// The rest of a [`ProducerPublish`] poll, out of line: the last try found the log full, or the
-/// task waits announced. The same wait as [`PublishAsync`]'s; the outcome as
-/// [`Producer::try_publish`] gives it (the value, on failure, back in the future).
+/// [`wait_for_room`] for a producer's publish, out of line with it.
 #[inline(never)]
-fn wait_for_room<T: Send + Sync + 'static>(
+fn producer_wait<T: Send + Sync + 'static>(
     this: &mut ProducerPublish<'_, T>,
     cx: &mut Context<'_>,
 ) -> Poll<Result<u64, PublishError<()>>> {
     let topic = this.producer.topic().clone();
-    let partition = this.partition.unwrap_or(0);
-    let log = topic.partition_log(partition);
-    loop {
-        if std::mem::take(&mut this.wait.announced) {
-            log.withdraw_blocked();
-            match this
-                .producer
-                .try_publish(&mut this.partition, &mut this.value)
-            {
-                Err(PublishError::Full(())) => {}
-                done => return Poll::Ready(done),
-            }
-        }
-        // `Full` under `Reject`: the caller's to handle.
-        if topic.config().overflow != Overflow::Block {
-            return Poll::Ready(Err(PublishError::Full(())));
-        }
-        // Under `Block`: wait for room, yielding first (see `poll_ready`).
-        if this.wait.yielded(topic.config().wait.yield_for, cx) {
-            return Poll::Pending;
-        }
-        log.announce_blocked(cx.waker());
-        this.wait.announced = true;
-        // The re-check after announcing: either it sees the room a reader made, or that reader
-        // sees us and wakes the task (the handshake of `wait_for_room`).
-        if !log.room_for_one() {
-            return Poll::Pending;
-        }
-    }
+    // Picked by the try that found the log full (a one-partition topic's kept path leaves it).
+    let log = topic.partition_log(this.partition.unwrap_or(0));
+    let (producer, partition, slot) = (&mut *this.producer, &mut this.partition, &mut this.value);
+    let retry = || producer.try_publish(partition, slot);
+    wait_for_room(log, topic.config(), &mut this.wait, cx, retry)
 }
 
 impl<T: Send + Sync + 'static> Drop for ProducerPublish<'_, T> {

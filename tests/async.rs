@@ -988,3 +988,37 @@ async fn close_wakes_a_waiting_async_publisher() {
         .unwrap();
     assert!(matches!(result, Err(PublishError::Closed(2))));
 }
+
+/// The async publishes' errors carry the value back at once: `Full` under `Reject` (no waiting),
+/// `Closed` once the topic is closed; through a topic and through a producer.
+#[test]
+fn async_publish_errors_hand_the_value_back() {
+    use logbus::{Overflow, PublishError};
+    let waker = noop_waker();
+    let mut cx = Context::from_waker(&waker);
+    for single in [false, true] {
+        let mut config = TopicConfig::default()
+            .max_records(1)
+            .overflow(Overflow::Reject);
+        if single {
+            config = config.single_producer();
+        }
+        let topic: Topic<u64> = Topic::new("reject", config).unwrap();
+        let _stuck = topic.reader(0, Start::Earliest).unwrap();
+        {
+            let mut producer = topic.producer().unwrap();
+            let first = pin!(producer.publish_async(1)).poll(&mut cx);
+            assert!(matches!(first, Poll::Ready(Ok(p)) if p.offset == 0));
+            let full = pin!(producer.publish_async(2)).poll(&mut cx);
+            assert!(matches!(full, Poll::Ready(Err(PublishError::Full(2)))));
+        }
+        let full = pin!(topic.publish_async(3)).poll(&mut cx);
+        assert!(matches!(full, Poll::Ready(Err(PublishError::Full(3)))));
+        topic.close();
+        let closed = pin!(topic.publish_async(4)).poll(&mut cx);
+        assert!(matches!(closed, Poll::Ready(Err(PublishError::Closed(4)))));
+        let mut producer = topic.producer().unwrap();
+        let closed = pin!(producer.publish_async(5)).poll(&mut cx);
+        assert!(matches!(closed, Poll::Ready(Err(PublishError::Closed(5)))));
+    }
+}
