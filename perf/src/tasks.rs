@@ -468,7 +468,10 @@ impl SharedTasks for TokioMpscShared {
     }
 }
 
-/// kanal, a bounded channel per subscriber, async on both sides.
+/// kanal, a bounded channel per subscriber, async on both sides. (Not one adapter with tokio's
+/// over `TaskChannel`, whose kanal sender is the blocking side: sending through its `as_async`
+/// view ran kanal's `async-shared` 1→1 at 61–69 M/s against 83 with the async sender, in
+/// alternating binaries.)
 pub(crate) struct KanalShared;
 
 impl SharedTasks for KanalShared {
