@@ -27,8 +27,9 @@
 //! and then waited for the wake-up (the harness's `async` scenario measures both; see
 //! `perf/README.md`). [`WaitStrategy::park_at_once`](crate::WaitStrategy::park_at_once) parks at
 //! the first poll that finds nothing, as before. A publishing task blocked by
-//! [`Overflow::Block`](crate::Overflow::Block) (`Topic::publish_async`) yields the same way before
-//! it announces itself blocked.
+//! [`Overflow::Block`](crate::Overflow::Block) (`Topic::publish_async`, `Producer::publish_async`)
+//! yields the same way before it announces itself blocked; both publishes share that wait
+//! (`wait_for_room`).
 //!
 //! The announcement is withdrawn at the next poll, when the future completes, and when a pending
 //! future (or a reader polled as a stream) is dropped, so a cancelled wait (a `select!` that took
