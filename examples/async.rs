@@ -1,5 +1,6 @@
 //! Async consumers on tokio: a reader task and a consumer task wait without blocking a thread,
-//! while a plain thread publishes. Run with:
+//! while a plain thread publishes; then a producer task publishes into a small `Block` topic,
+//! waiting as a task whenever its reader task falls behind. Run with:
 //!
 //! ```text
 //! cargo run --release --example async --features async
@@ -8,7 +9,7 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use logbus::{Broker, ReadError, Start, TopicConfig};
+use logbus::{Broker, Overflow, ReadError, Start, TopicConfig};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
@@ -67,4 +68,28 @@ async fn main() {
     println!("reader task: sum of partition 0 = {sum} (expected {want})");
     println!("consumer stream: {seen} records of 10000, {timeouts} timed-out waits, none lost");
     assert_eq!((sum, seen), (want, 10_000));
+
+    // A producer task and a reader task: the topic keeps 64 records, and under `Block` the
+    // producer's `publish_async` waits (as a task, not a thread) until the reader makes room.
+    let config = TopicConfig::default()
+        .single_producer()
+        .max_records(64)
+        .overflow(Overflow::Block);
+    let gate = broker.topic::<u64>("gate", config).unwrap();
+    let mut reader = gate.reader(0, Start::Earliest).unwrap();
+    let reading = tokio::spawn(async move {
+        let mut sum = 0;
+        while let Ok(record) = reader.next_async().await {
+            sum += *record;
+        }
+        sum
+    });
+    let mut producer = gate.producer().unwrap();
+    for i in 0..100_000u64 {
+        producer.publish_async(i).await.unwrap();
+    }
+    gate.close();
+    let sum = reading.await.unwrap();
+    println!("producer task: 100000 records through a 64-record Block topic, sum {sum}");
+    assert_eq!(sum, (0..100_000u64).sum());
 }
