@@ -81,12 +81,19 @@ impl TaskWait {
     /// wakes the task, which the caller then leaves with `Pending`, taking nothing, and says so.
     #[inline]
     fn spent(&mut self, budget: u32, cx: &Context<'_>) -> bool {
-        if budget == 0 || self.ready_run < budget {
+        if self.within(budget) {
             return false;
         }
         self.ready_run = 0;
         cx.waker().wake_by_ref();
         true
+    }
+
+    /// Whether another poll may complete at once without yielding: `ready_run < budget`, where
+    /// a budget of 0 (never spent) wraps to the most.
+    #[inline(always)]
+    fn within(&self, budget: u32) -> bool {
+        self.ready_run <= budget.wrapping_sub(1)
     }
 
     /// For a poll that found nothing: within `yield_for` of the wait's first such poll (this one,
@@ -122,13 +129,10 @@ impl TaskWait {
 }
 
 /// The fast path's test (see [`poll_one`]): `reader` has records already looked up, and the wait
-/// is neither announced nor out of budget (`ready_run < budget`, where a budget of 0, never
-/// spent, wraps to the most).
+/// is neither announced nor out of budget.
 #[inline(always)]
 fn ready_at_once<T: Send + Sync + 'static>(wait: &TaskWait, reader: &Reader<T>) -> bool {
-    !wait.announced
-        && wait.ready_run <= reader.log().wait.task_budget.wrapping_sub(1)
-        && reader.has_ready()
+    !wait.announced && wait.within(reader.log().wait.task_budget) && reader.has_ready()
 }
 
 /// The task budget of a set of readers (they share a topic and its wait strategy).

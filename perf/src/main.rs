@@ -1108,6 +1108,21 @@ fn filled(config: TopicConfig<u64>, n: u64) -> Topic<u64> {
     t
 }
 
+/// Adds one run of a table (each contender's figure, `None` where it did not run) to its rows,
+/// naming the rows at the first run.
+fn add_run<T>(rows: &mut Vec<Row<T>>, results: Vec<(&'static str, bool, Option<T>)>) {
+    if rows.is_empty() {
+        rows.extend(
+            results
+                .iter()
+                .map(|(name, ours, _)| (*name, *ours, Vec::new())),
+        );
+    }
+    for (row, (_, _, v)) in rows.iter_mut().zip(results) {
+        row.2.extend(v);
+    }
+}
+
 /// Column `q` of rows whose runs each gave several figures (a latency run's percentiles, a
 /// replay's rate and waits), as rows of one figure a run, for [`Report::table`].
 fn column<const K: usize>(rows: &[Row<[f64; K]>], q: usize) -> Vec<Row<f64>> {
@@ -1732,14 +1747,7 @@ fn main() {
                 } else {
                     each_bus!(go, run)
                 };
-                for (k, (name, ours, v)) in results.into_iter().enumerate() {
-                    if run == 0 {
-                        rows.push((name, ours, Vec::new()));
-                    }
-                    if let Some(v) = v {
-                        rows[k].2.push(v);
-                    }
-                }
+                add_run(&mut rows, results);
             }
             let placement = if in_tasks {
                 tasks_placement(&pins.within(o.cores), subs)
@@ -1816,12 +1824,7 @@ fn main() {
                 } else {
                     each_bus!(go, run)
                 };
-                for (k, (name, ours, v)) in results.into_iter().enumerate() {
-                    if run == 0 {
-                        rows.push((name, ours, Vec::new()));
-                    }
-                    rows[k].2.extend(v);
-                }
+                add_run(&mut rows, results);
             }
             let labels = ["p50", "p90", "p99", "p99.9", "max"];
             for (q, label) in labels.iter().enumerate() {
@@ -1881,12 +1884,7 @@ fn main() {
                     (&tasks::TokioMpscShared, false),
                     (&tasks::KanalShared, false)
                 );
-                for (i, (name, ours, v)) in results.into_iter().enumerate() {
-                    if k == 0 {
-                        rows.push((name, ours, Vec::new()));
-                    }
-                    rows[i].2.extend(v);
-                }
+                add_run(&mut rows, results);
             }
             let placement = tasks_placement(&pins.within(o.cores), subs);
             r.table(
@@ -1933,12 +1931,7 @@ fn main() {
                     (&tasks::ChannelReplay("tokio mpsc per subscriber, tasks", tasks::TokioMpsc), false),
                     (&tasks::ChannelReplay("kanal per subscriber, tasks", tasks::KanalAsync), false)
                 );
-                for (k, (name, ours, v)) in results.into_iter().enumerate() {
-                    if run == 0 {
-                        rows.push((name, ours, Vec::new()));
-                    }
-                    rows[k].2.extend(v);
-                }
+                add_run(&mut rows, results);
             }
             let placement = tasks_placement(&pins.within(o.cores), subs);
             for (q, what, unit, higher) in [
