@@ -33,6 +33,7 @@ use std::{
 use hdrhistogram::Histogram;
 use logbus::{Overflow, ReadError, Reader, Start, Topic, TopicConfig};
 
+mod burst;
 mod ceiling;
 mod tasks;
 
@@ -1664,9 +1665,8 @@ fn main() {
                 o.slow_samples = (o.samples / 10).max(100);
             }
             w @ ("all" | "tput" | "batch" | "ceiling" | "lat" | "lat-fast" | "lat-slow"
-            | "async" | "async-shared" | "async-replay" | "idle" | "memory" | "floor") => {
-                o.what = w.to_owned()
-            }
+            | "burst" | "async" | "async-shared" | "async-replay" | "idle" | "memory"
+            | "floor") => o.what = w.to_owned(),
             other => {
                 eprintln!("unknown argument {other}");
                 std::process::exit(2);
@@ -1854,6 +1854,61 @@ fn main() {
                         .collect();
                     r.svg_series.push((format!("{name} (1→{subs})"), med));
                 }
+            }
+        }
+    }
+    if want("burst") {
+        // A sample of about a thousand records at full size (ten at `--quick`); 20 samples a
+        // pause at full size.
+        let per_sample = (o.records / 10_000).clamp(10, 1000);
+        let samples = (o.records / 500_000).clamp(2, 20) as usize;
+        for size in burst::SIZES {
+            let shape = burst::Shape {
+                size,
+                bursts: (per_sample / size).max(1),
+                samples,
+            };
+            let mut kept = Kept::new(run_wait, max_redos, floor_now(&pins));
+            let mut rows: Vec<Row<[f64; 3]>> = Vec::new();
+            for run in 0..o.runs {
+                macro_rules! go {
+                    ($bus:expr, $ours:expr) => {{
+                        let bus = $bus;
+                        let v = runs_here(bus, &o, 1).then(|| {
+                            kept.run(&pins, || {
+                                thread::scope(|s| {
+                                    s.spawn(|| burst::burst(bus, &pins, shape)).join().unwrap()
+                                })
+                            })
+                        });
+                        (bus.name(), $ours, v)
+                    }};
+                }
+                add_run(&mut rows, each_bus!(go, run));
+            }
+            let what = format!(
+                "{} burst(s) of {size} a sample, {samples} samples; a ring or channel of {}; {}; floor {} one-way{}",
+                shape.bursts,
+                burst::CAPACITY,
+                pins.describe(1, 1),
+                kept.floor(),
+                kept.redone_note()
+            );
+            r.table(
+                &format!("## burst {size}, no pause (ns a burst: {size} published, then the producer spins until the subscriber has the last; {what})"),
+                "ns",
+                &column(&rows, 0),
+                false,
+            );
+            for (q, pause) in burst::PAUSES.iter().enumerate() {
+                r.table(
+                    &format!(
+                        "## burst {size}, the first burst after a {pause:?} pause (ns; {what})"
+                    ),
+                    "ns",
+                    &column(&rows, q + 1),
+                    false,
+                );
             }
         }
     }
