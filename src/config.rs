@@ -58,13 +58,16 @@ pub enum Overflow {
 /// between yields, a publisher does not), then parks on its own futex word and costs no CPU until a
 /// publisher wakes it. With `yield_after_batch`, a reader that has caught up with the producers and
 /// taken everything it found pauses before it looks again, yielding for a time in proportion to the
-/// run it took (32 ns a record, at most 16 µs; after a run of up to three records, one yield, or a
-/// few spin hints when it yielded less than a microsecond ago): readers that share a core take
-/// turns, and a reader with a core to itself lets records pile up instead of pulling the producer's
-/// cache lines over a few records at a time. A reader whose thread is the only one waiting for
-/// records on its CPU (logbus counts its waiting threads by CPU, on Linux) takes the pauses under a
-/// microsecond as spin hints instead, polls on through its yielding phase instead of yielding, and
-/// yields at least once in 50 µs either way; one that shares its CPU with another such thread
+/// run it took since it last caught up (32 ns a record, at most 16 µs; after a run of up to three
+/// records, one yield, or a few spin hints when it yielded less than a microsecond ago): readers
+/// that share a core take turns, and a reader with a core to itself lets records pile up instead
+/// of pulling the producer's cache lines over a few records at a time. A reader whose thread is
+/// the only one waiting for records on its CPU (logbus counts its waiting threads by CPU, on Linux)
+/// spins through its pauses under 16 µs instead, looking at the published end every 32 ns, and
+/// ends a pause as soon as records came and then stopped coming (a burst, whole: a producer that
+/// waits for what its reader does with each burst waits that much less; if nothing comes within
+/// a microsecond it yields the rest of the pause). It polls on through its yielding phase instead
+/// of yielding, and yields at least once in 50 µs either way; one that shares its CPU with another such thread
 /// skips the polling phase and starts at the yielding one. So does a publisher blocked by
 /// [`Overflow::Block`], which counts itself on its CPU while it polls and yields: the reader it
 /// waits for, or another publisher waiting for the same room, may be the thread its polls keep

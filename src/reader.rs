@@ -76,9 +76,14 @@ pub struct Reader<T: Send + Sync + 'static> {
     /// Offsets in `[next, ready)` are published and lie in `seg`.
     ready: u64,
     seg: Option<SegRef<T>>,
-    /// How many records the last refresh found when it caught up with the producers (0: it found
-    /// none, or stopped at its limit or the segment's end). See `wait_any`.
+    /// How many records the reader took, or has ready, since it last found nothing new, as of the
+    /// last refresh that caught up with the producers (0: it found none, or stopped at its limit
+    /// or the segment's end). See `wait_any`.
     fed: u64,
+    /// The position at the last look that found nothing new, or at the last pause (or where
+    /// the reader was placed): where the run that `fed` counts began. A run cut at the limit or a segment's end is the
+    /// same stream as the one after it, so the pause after catching up is as long as the whole.
+    caught_up_at: u64,
     /// Whether the log counts this reader as watching its published end between records (see
     /// `Log::watch`): since it last found nothing new there, and until it takes a long run.
     watching: bool,
@@ -137,6 +142,7 @@ impl<T: Send + Sync + 'static> Reader<T> {
             ready: pos,
             seg: None,
             fed: 0,
+            caught_up_at: pos,
             watching: false,
             empty_looks: 0,
             reported: pos,
@@ -185,9 +191,11 @@ impl<T: Send + Sync + 'static> Reader<T> {
         self.refresh(limit)
     }
 
-    /// How many records the last look-up found when it caught up with the producers (0: none,
-    /// or more may be ready); clears the mark.
+    /// How many records the reader took since it last caught up, as of the last look-up, which
+    /// caught up with the producers (0: none, or more may be ready); clears the mark. For a
+    /// reader that has taken everything it found and pauses: the next run counts from here.
     pub(crate) fn take_fed(&mut self) -> u64 {
+        self.caught_up_at = self.next;
         std::mem::take(&mut self.fed)
     }
 
@@ -205,6 +213,19 @@ impl<T: Send + Sync + 'static> Reader<T> {
                 seg.prefetch_value(i as usize);
             }
         }
+    }
+
+    /// Where the records looked up so far end (the position, when none are waiting).
+    pub(crate) fn ready_end(&self) -> u64 {
+        self.ready
+    }
+
+    /// Looks up what was published since the last look-up, even with records waiting, and
+    /// returns where the records ready now end: for a pausing reader that watches whether the
+    /// stream it caught up with goes on (see `wait`).
+    pub(crate) fn look_again(&mut self, limit: u64) -> Result<u64, ReadError> {
+        self.refresh(limit)?;
+        Ok(self.ready)
     }
 
     /// Whether records already looked up are waiting to be taken.
@@ -234,6 +255,7 @@ impl<T: Send + Sync + 'static> Reader<T> {
         let back = offset < self.next;
         self.next = offset;
         self.ready = offset;
+        self.caught_up_at = offset;
         self.seg = None;
         self.report(offset);
         if back {
@@ -399,6 +421,7 @@ impl<T: Send + Sync + 'static> Reader<T> {
             let lost = start - self.next;
             self.next = start;
             self.ready = start;
+            self.caught_up_at = start;
             self.seg = None;
             self.report(start);
             return Err(ReadError::Lagged(lost));
@@ -415,7 +438,11 @@ impl<T: Send + Sync + 'static> Reader<T> {
                 // Caught up: the run stopped at what was published, not at `limit` or the
                 // segment's end (see `wait_any` for what that changes).
                 let cap = (seg.base() + seg.len() as u64).min(self.next.saturating_add(limit));
-                self.fed = if end < cap { end - self.next } else { 0 };
+                self.fed = if end < cap {
+                    end.saturating_sub(self.caught_up_at)
+                } else {
+                    0
+                };
                 // A long run, or one cut at the limit or the segment's end (`fed` 0: it was
                 // behind, or the run's last record closed its segment): streaming, so the empty
                 // looks count afresh. Short runs keep the count: a fast paced stream gives only a
@@ -433,6 +460,7 @@ impl<T: Send + Sync + 'static> Reader<T> {
                 return Ok(true);
             }
         }
+        self.caught_up_at = self.next;
         if self.reported != self.next {
             // Caught up, with records taken since the position was last stored (at the look-up
             // that found them): store it now. Else a reader that only polls (`try_next`,
