@@ -98,6 +98,9 @@ pub struct Reader<T: Send + Sync + 'static> {
     /// yielding phase (see `wait::pause_after` and `wait::round_end`); a set of readers waited on
     /// together keeps it in its first.
     pub(crate) yielded_at: u64,
+    /// What the waiting thread's watched pauses found lately (see `wait::Bursts`); a set of
+    /// readers waited on together keeps it in its first.
+    pub(crate) bursts: crate::wait::Bursts,
     /// Where the waiting thread is counted among those waiting on each CPU (see
     /// `wait::pause_after`); a set of readers waited on together keeps it in its first (see
     /// `wait::count_once`).
@@ -147,6 +150,7 @@ impl<T: Send + Sync + 'static> Reader<T> {
             empty_looks: 0,
             reported: pos,
             yielded_at: 0,
+            bursts: crate::wait::Bursts::default(),
             waits_on: CountedWait::new(ProcessCount),
             #[cfg(feature = "async")]
             task_wait: crate::stream::TaskWait::default(),
