@@ -64,9 +64,11 @@ pub enum Overflow {
 /// of pulling the producer's cache lines over a few records at a time. A reader whose thread is
 /// the only one waiting for records on its CPU (logbus counts its waiting threads by CPU, on Linux)
 /// spins through its pauses under 16 µs instead, looking at the published end every 32 ns, and
-/// ends a pause as soon as records came and then stopped coming (a burst, whole: a producer that
-/// waits for what its reader does with each burst waits that much less; if nothing comes within
-/// a microsecond it yields the rest of the pause). It polls on through its yielding phase instead
+/// ends a pause as soon as records came, at one or two looks, and then stopped coming (a burst,
+/// whole: a producer that waits for what its reader does with each burst waits that much less;
+/// records still coming at a third look are a stream, and the pause goes on unwatched; if nothing
+/// comes within a microsecond it yields the rest of the pause). At 16 µs it yields, and looks at
+/// 1, 2, 4 and 8 µs. After two pauses in a row ended so, it skips its next seven pauses. It polls on through its yielding phase instead
 /// of yielding, and yields at least once in 50 µs either way; one that shares its CPU with another such thread
 /// skips the polling phase and starts at the yielding one. So does a publisher blocked by
 /// [`Overflow::Block`], which counts itself on its CPU while it polls and yields: the reader it
