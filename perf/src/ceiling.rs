@@ -212,9 +212,12 @@ const MAX_RUN: u64 = 4096;
 /// The reader's pause after a run that caught up, as logbus's (`batch_pause` in `src/wait.rs`,
 /// private to the crate, so its figures are repeated here: `PAUSE_PER_RECORD` 32 ns a record, at
 /// most `MAX_BATCH_PAUSE` 16 µs, yielding; a pause under `SHORTEST_YIELD` is one yield, without
-/// reading the clock). Logbus spins through that short pause instead while its thread yielded
-/// less than `TURN_NANOS` (1 µs) ago; a saturated ring's reader takes such short runs too seldom
-/// for that to matter (none in 10 M records of the harness's 1→1, counted), so it is left out.
+/// reading the clock), `run` counting every record taken since the reader last caught up, as
+/// logbus's has since stop 67. Logbus spins through that short pause instead while its thread
+/// yielded less than `TURN_NANOS` (1 µs) ago; a saturated ring's reader takes such short runs too
+/// seldom for that to matter (none in 10 M records of the harness's 1→1, counted), so it is left
+/// out. So is logbus's watch through a pause (since stop 67), which a saturated stream's pause
+/// at the cap meets as two looks, at 1 and 2 µs of its 16.
 fn pause_after(run: u64) {
     let pause = Duration::from_nanos(32 * run).min(Duration::from_micros(16));
     let start = (pause >= Duration::from_nanos(100)).then(Instant::now);
@@ -230,10 +233,13 @@ fn pause_after(run: u64) {
 /// published end spins or pauses.
 fn read_all<const PAUSE: bool, S: Sink>(ring: Arc<Ring>, sink: S) {
     let mut next = 0u64;
+    // Where the reader last caught up: the start of the run its next pause measures.
+    let mut caught_up_at = 0u64;
     held(sink, |sink| loop {
         // Acquire: pairs with the producer's Release store; the slots below are written.
         let end = ring.published.0.load(Ordering::Acquire);
         if end == next {
+            caught_up_at = next;
             std::hint::spin_loop();
             continue;
         }
@@ -247,12 +253,12 @@ fn read_all<const PAUSE: bool, S: Sink>(ring: Arc<Ring>, sink: S) {
                 }
             }
         }
-        let run = stop - next;
         next = stop;
         // Release: our reads of the slots come before the producer's next writes to them.
         ring.read.0.store(next, Ordering::Release);
         if PAUSE && stop == end {
-            pause_after(run);
+            pause_after(stop - caught_up_at);
+            caught_up_at = next;
         }
     })
 }
