@@ -68,9 +68,10 @@ pub enum Overflow {
 /// whole: a producer that waits for what its reader does with each burst waits that much less;
 /// records still coming at a third look are a stream, and the pause goes on unwatched; if nothing
 /// comes within a microsecond it yields the rest of the pause). At 16 µs it yields, and looks at
-/// 1, 2, 4 and 8 µs. After two pauses in a row ended so, it skips its next seven pauses. It polls on through its yielding phase instead
-/// of yielding, and yields at least once in 50 µs either way; one that shares its CPU with another such thread
-/// skips the polling phase and starts at the yielding one. So does a publisher blocked by
+/// 1, 2, 4 and 8 µs. After two pauses in a row ended so, it skips its next seven pauses. It polls
+/// on through its yielding phase instead of yielding, and yields at least once in 50 µs either
+/// way; one that shares its CPU with another such thread skips the polling phase and starts at
+/// the yielding one. So does a publisher blocked by
 /// [`Overflow::Block`], which counts itself on its CPU while it polls and yields: the reader it
 /// waits for, or another publisher waiting for the same room, may be the thread its polls keep
 /// off the core. A reader that has not caught up never yields. While a multi-producer publish is

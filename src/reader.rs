@@ -81,8 +81,9 @@ pub struct Reader<T: Send + Sync + 'static> {
     /// or the segment's end). See `wait_any`.
     fed: u64,
     /// The position at the last look that found nothing new, or at the last pause (or where
-    /// the reader was placed): where the run that `fed` counts began. A run cut at the limit or a segment's end is the
-    /// same stream as the one after it, so the pause after catching up is as long as the whole.
+    /// the reader was placed): where the run that `fed` counts began. A run cut at the limit or
+    /// a segment's end is the same stream as the one after it, so the pause after catching up
+    /// is as long as the whole.
     caught_up_at: u64,
     /// Whether the log counts this reader as watching its published end between records (see
     /// `Log::watch`): since it last found nothing new there, and until it takes a long run.

@@ -9,13 +9,14 @@
 //! when nobody is parked (see `log`). Before all that, a reader that just caught up with the
 //! producers pauses, yielding, in proportion to the run it took (`batch_pause`): readers that share
 //! a core take turns, and a reader alone on its core stops pulling the producer's freshly written
-//! cache lines a few records at a time; alone on its CPU, it watches the published end through a
-//! pause short of the cap and ends it once a burst is whole (`watch_pause`). A short run's pause is one yield, or a few spin hints while
-//! the thread yielded less than a microsecond ago (`pause_after`), so that records paced a few
-//! hundred nanoseconds apart do not land inside a yield each. A thread that is the only one
-//! waiting for records on its CPU (the process counts them by CPU: `WaitersByCpu` in `sync`)
-//! spins through every pause under a microsecond instead, polls on where its yielding phase would
-//! yield (`round_end`), and yields once in 50 µs: there is nobody to take turns with, and a yield,
+//! cache lines a few records at a time; alone on its CPU, it watches the published end through
+//! its pause and ends it once a burst is whole (`watch_pause`, `yield_watching`). A short run's
+//! pause is one yield, or a few spin hints while the thread yielded less than a microsecond ago
+//! (`pause_after`), so that records paced a few hundred nanoseconds apart do not land inside a
+//! yield each. A thread that is the only one waiting for records on its CPU (the process counts
+//! them by CPU: `WaitersByCpu` in `sync`) spins through every pause short of the cap instead,
+//! watching it, polls on where its yielding phase would yield (`round_end`), and yields once in
+//! 50 µs: there is nobody to take turns with, and a yield,
 //! 0.2–0.75 µs even alone, is a window records land in. A thread that shares its CPU with another
 //! waiting thread skips the first polling phase instead: the core is better spent on the other.
 //! (A publisher blocked for room under `Overflow::Block` is counted too, while it polls and
@@ -347,10 +348,11 @@ enum WatchEnd {
 /// Spins through a pause of `nanos` that began at `start` (in [`clock::now_nanos`]'s terms),
 /// looking at the published end every [`WATCH_EVERY_NANOS`], and ends it as soon as the records
 /// stop coming ([`Seen::Stopped`]); records that keep coming past a burst's two looks
-/// ([`Seen::Flowing`]) are a stream, and it spins through the rest unwatched. Where nothing at all is published within a turn
-/// ([`TURN_NANOS`]), it yields for the rest of the pause instead, as a pause did before: a
-/// producer on this CPU (which the count of waiting threads does not see) publishes only when it
-/// gets the core; then the thread's turn starts again at its first yield.
+/// ([`Seen::Flowing`]) are a stream, and it spins through the rest unwatched. Where nothing at
+/// all is published within a turn ([`TURN_NANOS`]), it yields for the rest of the pause
+/// instead, as a pause did before: a producer on this CPU (which the count of waiting threads
+/// does not see) publishes only when it gets the core; then the thread's turn starts again at
+/// its first yield.
 ///
 /// Why: the pause is a bet that the stream goes on, taken on the run's length alone; a burst
 /// loses it. A producer that publishes a burst and then waits for what its reader does with it
@@ -403,10 +405,11 @@ fn watch_pause<T: Send + Sync + 'static>(
 
 /// Yields through a pause of `pause`, and looks at the published end after
 /// [`FIRST_YIELDING_LOOK`] of it, then at twice the time, and so on: ends it where a look finds the
-/// records stopped ([`Seen::Stopped`]), as [`watch_pause`] does more closely. A stream that keeps
-/// coming pays two looks a pause (at 1 and 2 µs of [`MAX_BATCH_PAUSE`]: [`Seen::Flowing`]); a burst
-/// of more records than a watched pause is measured for (500) is taken ~2 µs after it came
-/// rather than at the end of the pause. Returns whether the records stopped.
+/// records stopped ([`Seen::Stopped`]), as [`watch_pause`] does more closely. A stream that
+/// keeps coming pays two looks a pause (at 1 and 2 µs of [`MAX_BATCH_PAUSE`]:
+/// [`Seen::Flowing`]); a burst of more records than a watched pause is measured for (500) is
+/// taken ~2 µs after it came rather than at the end of the pause. Returns whether the records
+/// stopped.
 #[inline(never)]
 fn yield_watching<T: Send + Sync + 'static>(
     readers: &mut [Reader<T>],
