@@ -520,11 +520,13 @@ fn publishing_through_the_topic_races_retention_and_drops_every_value_once() {
         assert_eq!(offsets, dense, "{producers:?}: dense and unique (I1)");
         drop(r);
         drop(t);
-        // Trimmed segments are released through the epoch; dropping the topic flushes it, and
-        // the late-drop thread drops what the epoch hands back after (a few bags of deferred
-        // releases a round, its naps growing to 100 ms). The bound is for a hang, not a speed:
-        // under valgrind in CI, 1,804 of 20,000 values were still to come after 500 ms once
-        // (stop 54), where every local run, valgrind's too, had them all by the drop.
+        // Trimmed segments are released through the epoch; dropping the topic flushes it while
+        // they come back, and the late-drop thread drops what the epoch hands back after. The
+        // bound is for a hang, not a speed. Under valgrind in CI, 1,804 of 20,000 values were
+        // still to come after 500 ms once (stop 54), and 1,818 after 10 s (stop 67): valgrind
+        // runs one thread at a time, so a publisher descheduled while pinned held the epoch
+        // back, each trim left a bag of its own, and both waits flushed once a round, running 8
+        // bags each (`tests/late_drops.rs` has the backlog on its own).
         for _ in 0..2_000 {
             if drops.load(Ordering::SeqCst) == total as usize {
                 break;

@@ -134,7 +134,10 @@ use crate::{
     },
 };
 use directory::Directory;
-use segment::{bar_user_code, resume_unless_unwinding, DropsUnderWay, Meta, Pool, SegRef, Segment};
+use segment::{
+    bar_user_code, flush_until_back, resume_unless_unwinding, DropsUnderWay, Meta, Pool, SegRef,
+    Segment,
+};
 
 /// `tail` bit 63: the log is closed; reservations that see it fail.
 const TAIL_CLOSED: u64 = 1 << 63;
@@ -3269,9 +3272,10 @@ impl<T> Drop for Log<T> {
         }
         // Push this thread's deferred releases out and let the collector run them, so that the
         // values of segments trimmed last are dropped here, not by whichever thread pins next.
-        // Bounded: a thread descheduled while pinned holds the epoch back until it runs again, so
-        // after a few rounds this sleeps between them, letting such threads run, for at most
-        // about `DROP_WAIT` in all. What is still out then goes to the late-drop thread
+        // Each round flushes again while segments come back (`flush_until_back`). Bounded: a
+        // thread descheduled while pinned holds the epoch back until it runs again, so after a
+        // few rounds this sleeps between them, letting such threads run, for at most about
+        // `DROP_WAIT` in all. What is still out then goes to the late-drop thread
         // (`Pool::drop_late`).
         guard.flush();
         drop(guard);
@@ -3282,12 +3286,24 @@ impl<T> Drop for Log<T> {
         };
         // A `Drop` that panics stops nothing here either: the first panic is resumed at the end.
         let mut dropped = Ok(());
+        let mut drain = || {
+            let (out, this) = self.pool.drop_returned();
+            if dropped.is_ok() {
+                dropped = this;
+            }
+            out
+        };
         let mut all_back = false;
         for round in 0..rounds {
-            self.epoch.pin().flush();
-            let (back, this) = self.pool.drop_returned();
-            dropped = dropped.and(this);
-            all_back = back;
+            let out = if cfg!(loom) {
+                // One flush a round keeps the models small; loom's collector has no backlog.
+                self.epoch.pin().flush();
+                drain()
+            } else {
+                // Again while segments come back: a backlog of bags comes back 8 a flush.
+                flush_until_back(&self.epoch, &mut drain)
+            };
+            all_back = out == 0;
             if all_back || round + 1 == rounds {
                 break;
             }

@@ -1010,20 +1010,54 @@ static LATE: StaticLock<LatePools> = StaticLock::new(LatePools {
 /// A pool on the late-drop list (the list's reference to it), whatever its record type.
 trait LateDrop: Send {
     /// [`Pool::drop_returned`], whatever the pool's record type.
-    fn drop_returned(&self) -> (bool, Result<(), Panic>);
+    fn drop_returned(&self) -> (usize, Result<(), Panic>);
 }
 
 impl<T: Send + Sync> LateDrop for Arc<Pool<T>> {
-    fn drop_returned(&self) -> (bool, Result<(), Panic>) {
+    fn drop_returned(&self) -> (usize, Result<(), Panic>) {
         // The pool's own method (`self.drop_returned()` would be this one again).
         Pool::drop_returned(self)
     }
 }
 
-/// The late-drop thread: round after round it takes the pools newly listed, pins and flushes the
-/// epoch (letting deferred releases run), and drains every pool it holds, letting go of each whose
-/// segments all came back. It naps between rounds, from 1 ms growing to 100 ms (back to 1 ms when
-/// a pool arrives), and ends, under the list's lock, once it holds none and none is listed. A
+/// How many flushes in a row that bring none of the awaited segments back end a round of
+/// [`flush_until_back`]. Bags of deferred releases come due two epochs after they were sealed,
+/// so two flushes may find nothing due even once nothing holds the epoch back.
+const IDLE_FLUSHES: u32 = 4;
+
+/// One round of waiting for segments the epoch still holds: pins and flushes the epoch, letting
+/// deferred releases run, then calls `drain` (which drops the values of the segments that came
+/// back and returns how many are still out), again and again while segments keep coming back.
+/// Returns how many are still out: none, or some after [`IDLE_FLUSHES`] flushes in a row
+/// brought none back (a thread holds the epoch back; the caller waits before its next round).
+///
+/// One flush is not enough: the collector runs at most 8 bags of deferred releases a flush, and
+/// a trim hands its releases over in a bag of their own (`Log::trim`), so a thread that held
+/// the epoch back while a topic trimmed leaves one bag per trim behind it. The late-drop thread
+/// used to flush once a round, between naps that grow to 100 ms: 8 segments came back a round.
+/// Measured on the 2-vCPU VM, a topic of segments of 2 that trimmed 10,000 of them while
+/// another thread held the epoch, then dropped: 160 of its 20,000 values a second came back
+/// after the epoch let go, so 2 minutes for all of them (valgrind's memcheck, which runs one
+/// thread at a time and so holds the epoch back often, once left 1,818 undropped 10 s after
+/// such a drop in `tests/retention.rs`). Flushing while they come back, all came back in the
+/// round after the epoch let go.
+pub(crate) fn flush_until_back(epoch: &Epoch, mut drain: impl FnMut() -> usize) -> usize {
+    let mut out = drain();
+    let mut idle = 0;
+    while out > 0 && idle < IDLE_FLUSHES {
+        epoch.pin().flush();
+        let now = drain();
+        idle = if now < out { 0 } else { idle + 1 };
+        out = now;
+    }
+    out
+}
+
+/// The late-drop thread: round after round it takes the pools newly listed, flushes the epoch
+/// (letting deferred releases run) and drains every pool it holds while their segments come back
+/// ([`flush_until_back`]), letting go of each whose segments all came back. It naps between
+/// rounds, from 1 ms growing to 100 ms (back to 1 ms when a pool arrives or segments came back),
+/// and ends, under the list's lock, once it holds none and none is listed. A
 /// value's `Drop` that panics stops none of the others and not the thread: the panic hook
 /// reported it where it happened, and its payload is dropped here.
 fn drop_late_pools() {
@@ -1039,31 +1073,46 @@ fn drop_late_pools() {
     }
     let _stopped = Stopped;
     let epoch = Epoch::new();
-    let mut pools: Vec<Box<dyn LateDrop>> = Vec::new();
+    // Each pool with how many of its segments were out at its last look.
+    let mut pools: Vec<(Box<dyn LateDrop>, usize)> = Vec::new();
     let mut nap = LATE_NAP;
     loop {
         {
             let mut late = LATE.lock();
             if !late.pools.is_empty() {
-                pools.append(&mut late.pools);
+                pools.extend(late.pools.drain(..).map(|pool| (pool, usize::MAX)));
                 nap = LATE_NAP;
             } else if pools.is_empty() {
                 late.running = false;
                 return;
             }
         }
-        epoch.pin().flush();
-        pools.retain(|pool| {
-            let (all_back, dropped) = pool.drop_returned();
-            if let Err(payload) = dropped {
-                // A payload whose own `Drop` panics is left undropped rather than end the thread.
-                if let Err(again) = panic::catch_unwind(AssertUnwindSafe(move || drop(payload))) {
-                    std::mem::forget(again);
+        let mut came_back = false;
+        let out = flush_until_back(&epoch, || {
+            let mut out = 0;
+            pools.retain_mut(|(pool, was_out)| {
+                let (still_out, dropped) = pool.drop_returned();
+                if let Err(payload) = dropped {
+                    // A payload whose own `Drop` panics is left undropped rather than end the
+                    // thread.
+                    if let Err(again) = panic::catch_unwind(AssertUnwindSafe(move || drop(payload)))
+                    {
+                        std::mem::forget(again);
+                    }
                 }
-            }
-            !all_back
+                came_back |= still_out < *was_out;
+                *was_out = still_out;
+                out += still_out;
+                still_out > 0
+            });
+            out
         });
-        if !pools.is_empty() {
+        if out > 0 {
+            // Back to the shortest nap while segments come back: the epoch may let go of the
+            // rest soon (a thread that holds it back only now and then).
+            if came_back {
+                nap = LATE_NAP;
+            }
             std::thread::sleep(nap);
             nap = (nap * 2).min(LATE_NAP_MAX);
         }
@@ -1348,13 +1397,12 @@ impl<T> Pool<T> {
     }
 
     /// Drops the values of the segments that came back so far (see [`Pool::drop_retired`]: a
-    /// panic stops nothing, and the first is returned) and says whether every segment lent out
-    /// is back. One round of a dropped log's wait for its last segments: the caller pins and
-    /// flushes the epoch first, letting deferred releases run. Only where the application's code
-    /// may run.
-    pub(crate) fn drop_returned(&self) -> (bool, Result<(), Panic>) {
+    /// panic stops nothing, and the first is returned) and says how many segments are still out.
+    /// A dropped log's wait for its last segments calls it after each flush of the epoch
+    /// ([`flush_until_back`]). Only where the application's code may run.
+    pub(crate) fn drop_returned(&self) -> (usize, Result<(), Panic>) {
         let dropped = self.drop_retired();
-        (self.lent() == 0, dropped)
+        (self.lent(), dropped)
     }
 
     /// How many segments are out of the pool (installed, or held by a reader, a producer or a
