@@ -1465,6 +1465,33 @@ mod tests {
 
     const HOUR: u64 = 3_600_000_000_000;
 
+    /// What `flush_until_back` does with a drain that reports `outs` in turn (how many segments
+    /// are still out after each call): how many are out at its end, and how many drains it made.
+    fn flushing(outs: &[usize]) -> (usize, usize) {
+        let epoch = Epoch::new();
+        let mut calls = 0;
+        let out = flush_until_back(&epoch, || {
+            calls += 1;
+            outs[calls - 1]
+        });
+        (out, calls)
+    }
+
+    #[test]
+    fn a_wait_flushes_again_while_segments_come_back_and_ends_when_none_are_out_or_none_come() {
+        // Nothing out: no flush at all.
+        assert_eq!(flushing(&[0]), (0, 1));
+        // Each flush brings some back (a backlog comes back 8 bags a flush): on to the last.
+        assert_eq!(flushing(&[900, 892, 884, 8, 0]), (0, 5));
+        // Flushes that bring none back, fewer than IDLE_FLUSHES in a row, end nothing (bags
+        // come due two epochs after they were sealed); a flush that brings some starts the
+        // count again.
+        assert_eq!(flushing(&[5, 5, 5, 5, 3, 3, 3, 0]), (0, 8));
+        // IDLE_FLUSHES in a row that bring none back end the round (the epoch is held).
+        let held = [4, 4, 4, 4, 4, 0];
+        assert_eq!(flushing(&held), (4, 1 + IDLE_FLUSHES as usize));
+    }
+
     /// Writes `metas` into slots 0.. of a segment whose base time is `tbase`, releases it into
     /// its pool, and returns what was read back before the release.
     fn round_trip(pool: &Arc<Pool<u64>>, tbase: Option<u64>, metas: &[Meta]) -> Vec<Meta> {
