@@ -3296,7 +3296,8 @@ impl<T> Drop for Log<T> {
         let mut all_back = false;
         for round in 0..rounds {
             let out = if cfg!(loom) {
-                // One flush a round keeps the models small; loom's collector has no backlog.
+                // One flush a round keeps the models small: a model's own collector holds a
+                // few bags at most.
                 self.epoch.pin().flush();
                 drain()
             } else {

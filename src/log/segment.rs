@@ -1073,24 +1073,24 @@ fn drop_late_pools() {
     }
     let _stopped = Stopped;
     let epoch = Epoch::new();
-    // Each pool with how many of its segments were out at its last look.
-    let mut pools: Vec<(Box<dyn LateDrop>, usize)> = Vec::new();
+    let mut pools: Vec<Box<dyn LateDrop>> = Vec::new();
     let mut nap = LATE_NAP;
+    // How many segments the pools held were still out after the last round.
+    let mut was_out = usize::MAX;
     loop {
         {
             let mut late = LATE.lock();
             if !late.pools.is_empty() {
-                pools.extend(late.pools.drain(..).map(|pool| (pool, usize::MAX)));
+                pools.append(&mut late.pools);
                 nap = LATE_NAP;
             } else if pools.is_empty() {
                 late.running = false;
                 return;
             }
         }
-        let mut came_back = false;
         let out = flush_until_back(&epoch, || {
             let mut out = 0;
-            pools.retain_mut(|(pool, was_out)| {
+            pools.retain(|pool| {
                 let (still_out, dropped) = pool.drop_returned();
                 if let Err(payload) = dropped {
                     // A payload whose own `Drop` panics is left undropped rather than end the
@@ -1100,8 +1100,6 @@ fn drop_late_pools() {
                         std::mem::forget(again);
                     }
                 }
-                came_back |= still_out < *was_out;
-                *was_out = still_out;
                 out += still_out;
                 still_out > 0
             });
@@ -1109,10 +1107,12 @@ fn drop_late_pools() {
         });
         if out > 0 {
             // Back to the shortest nap while segments come back: the epoch may let go of the
-            // rest soon (a thread that holds it back only now and then).
-            if came_back {
+            // rest soon (a thread that holds it back only now and then). A pool that arrived
+            // this round set it already, whatever its segments add to the count.
+            if out < was_out {
                 nap = LATE_NAP;
             }
+            was_out = out;
             std::thread::sleep(nap);
             nap = (nap * 2).min(LATE_NAP_MAX);
         }
