@@ -213,9 +213,10 @@ fn a_blocked_publisher_parks_after_many_short_parks_and_costs_no_cpu() {
     h.join().unwrap();
 }
 
-/// Strategies that keep a reader in its yielding phase for an hour: one that polls between its
-/// yields (a quarter of `spin_polls`), and one that only yields.
-fn yielding_for_an_hour() -> [(&'static str, WaitStrategy); 2] {
+/// Strategies that keep a reader in its yielding phase for at least an hour: one that polls
+/// between its yields (a quarter of `spin_polls`), one that only yields, and the preset that
+/// never parks.
+fn yielding_for_an_hour() -> [(&'static str, WaitStrategy); 3] {
     let hour = Duration::from_secs(3600);
     [
         (
@@ -226,6 +227,7 @@ fn yielding_for_an_hour() -> [(&'static str, WaitStrategy); 2] {
             "only yielding",
             WaitStrategy::default().spin_polls(0).yield_for(hour),
         ),
+        ("busy spin", WaitStrategy::busy_spin()),
     ]
 }
 
@@ -278,4 +280,73 @@ fn a_deadline_ends_the_yielding_phase() {
         assert_eq!(got, Err(ReadError::Timeout), "{kind}");
         assert_eq!(topic.stats().partitions[0].parked_readers, 0, "{kind}");
     }
+}
+
+/// `WaitStrategy::busy_spin` never parks: neither a reader waiting on a quiet topic nor a
+/// publisher blocked by `Overflow::Block`. Both stay runnable ('R', running or yielding, never
+/// asleep in the kernel) however long they wait, and what ends their waits needs no wake-up call.
+/// The default parks both within a fraction of a millisecond (the tests above).
+#[test]
+fn a_busy_spinning_reader_and_blocked_publisher_never_park() {
+    const CAP: u64 = 64;
+    let topic = Topic::<u64>::new(
+        "spinning",
+        TopicConfig::default()
+            .max_records(CAP)
+            .overflow(Overflow::Block)
+            .wait(WaitStrategy::busy_spin()),
+    )
+    .unwrap();
+    let never_asleep = |tid, who: &str| {
+        // 100 ms: 500 times the default's yielding phase, long enough for any park to happen.
+        for _ in 0..20 {
+            thread::sleep(Duration::from_millis(5));
+            assert_eq!(
+                thread_state(tid),
+                'R',
+                "the {who} never sleeps in the kernel"
+            );
+        }
+    };
+
+    // A reader waiting on a quiet topic.
+    let mut reader = topic.reader(0, Start::Earliest).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let h = thread::spawn(move || {
+        // SAFETY: gettid has no preconditions.
+        tx.send(unsafe { libc::gettid() }).unwrap();
+        let first = *reader.next().unwrap();
+        (first, reader)
+    });
+    let tid = rx.recv().unwrap();
+    never_asleep(tid, "waiting reader");
+    topic.publish(1).unwrap();
+    let (first, mut reader) = h.join().unwrap();
+    assert_eq!(first, 1);
+    let stats = &topic.stats().partitions[0];
+    assert_eq!(
+        (stats.parks, stats.wakeups),
+        (0, 0),
+        "the reader never parked, so nobody woke it"
+    );
+
+    // A publisher blocked by a full topic: the reader took one record, the publisher fills the
+    // rest and one more, then waits for room.
+    let (tx, rx) = mpsc::channel();
+    let h = thread::spawn(move || {
+        // SAFETY: gettid has no preconditions.
+        tx.send(unsafe { libc::gettid() }).unwrap();
+        for i in 2..=CAP + 2 {
+            topic.publish(i).unwrap();
+        }
+        topic
+    });
+    let tid = rx.recv().unwrap();
+    never_asleep(tid, "blocked publisher");
+    for want in 2..=CAP + 2 {
+        assert_eq!(*reader.next().unwrap(), want, "in order, nothing lost");
+    }
+    let topic = h.join().unwrap();
+    let stats = &topic.stats().partitions[0];
+    assert_eq!((stats.parks, stats.wakeups), (0, 0), "nobody parked");
 }

@@ -574,6 +574,14 @@ fn logbus_ring(capacity: usize) -> TopicConfig<u64> {
         .timestamps(false)
 }
 
+/// The ring-like topic whose readers never park ([`logbus::WaitStrategy::busy_spin`]): the
+/// Disruptor's BusySpin in logbus terms, which the default strategy trades for a parked reader's
+/// idleness (the `idle` table) and pays for with a futex wake-up after a quiet spell (the
+/// `burst` scenario's first burst after a pause).
+fn logbus_ring_spin(capacity: usize) -> TopicConfig<u64> {
+    logbus_ring(capacity).wait(logbus::WaitStrategy::busy_spin())
+}
+
 /// Like a ring buffer, many producers: the Disruptor's multi-producer set-up in logbus terms.
 fn logbus_multi_ring(capacity: usize) -> TopicConfig<u64> {
     TopicConfig::default()
@@ -1394,6 +1402,14 @@ macro_rules! each_bus {
                 &Logbus {
                     name: "logbus single producer, ring-like",
                     config: logbus_ring,
+                    single: true
+                },
+                true
+            ),
+            (
+                &Logbus {
+                    name: "logbus single producer, ring-like, busy spin",
+                    config: logbus_ring_spin,
                     single: true
                 },
                 true
