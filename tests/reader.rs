@@ -693,6 +693,97 @@ fn a_refused_slice_publishes_nothing() {
     assert_eq!(drain(&t, 0), vec![(0, 7), (1, 8)]);
 }
 
+/// A `Producer` on a single-producer topic without timestamps copies a slice into its segment
+/// from the state it keeps by value when the run fits the segment and the room it last saw, and
+/// takes the long path otherwise: both must agree on offsets, refusals and the close, at the
+/// edges of the capacity (12, so that the room ends inside a segment of 8) and of segments.
+#[test]
+fn a_single_producers_slice_is_published_or_refused_alike_at_every_edge() {
+    let t = topic(
+        TopicConfig::default()
+            .segment_size(8)
+            .single_producer()
+            .timestamps(false)
+            .max_records(12)
+            .overflow(logbus::Overflow::Reject),
+    );
+    let mut r = t.reader(0, Start::Earliest).unwrap();
+    let mut p = t.producer().unwrap();
+    let run = |from: u64, n: u64| (from..from + n).collect::<Vec<u64>>();
+    assert!(matches!(
+        p.publish_slice(&run(0, 13)),
+        Err(logbus::PublishError::TooLarge(()))
+    ));
+    assert_eq!(p.publish_slice(&run(0, 3)).unwrap().offsets, 0..3);
+    // Up to the segment's end; then the next segment's first record, and a run up to the room.
+    assert_eq!(p.publish_slice(&run(3, 5)).unwrap().offsets, 3..8);
+    assert_eq!(p.publish(8).unwrap().offset, 8);
+    assert_eq!(p.publish_slice(&run(9, 3)).unwrap().offsets, 9..12);
+    // The room ends at 12, inside the segment: a run past it is refused whole.
+    for n in [1, 2, 4] {
+        assert!(matches!(
+            p.publish_slice(&run(12, n)),
+            Err(logbus::PublishError::Full(()))
+        ));
+    }
+    // The reader takes all twelve, and its look that finds nothing more reports where it is.
+    for want in 0..12 {
+        assert_eq!(*r.next().unwrap(), want);
+    }
+    assert!(matches!(r.try_next(), Err(ReadError::Empty)));
+    assert_eq!(p.publish_slice(&run(12, 4)).unwrap().offsets, 12..16);
+    // The next segment's first record alone, then its seven others: that run ends at the
+    // segment's end and at the room both.
+    assert_eq!(p.publish(16).unwrap().offset, 16);
+    assert_eq!(p.publish_slice(&run(17, 7)).unwrap().offsets, 17..24);
+    assert_eq!(p.publish_slice(&[]).unwrap().offsets, 24..24);
+    assert!(matches!(
+        p.publish_slice(&run(24, 1)),
+        Err(logbus::PublishError::Full(()))
+    ));
+    t.close();
+    for want in 12..24 {
+        assert_eq!(
+            *r.next().unwrap(),
+            want,
+            "every run in order, nothing refused in it"
+        );
+    }
+    assert!(matches!(r.next(), Err(ReadError::Closed)));
+    assert!(matches!(
+        p.publish_slice(&run(24, 1)),
+        Err(logbus::PublishError::Closed(()))
+    ));
+}
+
+/// Under `Block` a slice waits for room whether it fits the room the producer last saw or not:
+/// runs of five into a capacity of 16, against a reader on another thread.
+#[test]
+fn a_single_producers_slices_wait_for_room_and_arrive_in_order() {
+    const RUNS: u64 = 2_000;
+    let t = topic(
+        TopicConfig::default()
+            .segment_size(8)
+            .single_producer()
+            .timestamps(false)
+            .max_records(16)
+            .overflow(logbus::Overflow::Block),
+    );
+    let mut r = t.reader(0, Start::Earliest).unwrap();
+    let reader = thread::spawn(move || {
+        for want in 0..RUNS * 5 {
+            assert_eq!(*r.next().unwrap(), want, "in order, nothing lost");
+        }
+    });
+    let mut p = t.producer().unwrap();
+    for k in 0..RUNS {
+        let first = k * 5;
+        let values: Vec<u64> = (first..first + 5).collect();
+        assert_eq!(p.publish_slice(&values).unwrap().offsets, first..first + 5);
+    }
+    reader.join().unwrap();
+}
+
 /// A handle that reads without waiting, one of four ways; each call reads what one call of that
 /// way returns (the number of records, or why none).
 fn poller(t: &Topic<u64>, how: &str) -> Box<dyn FnMut() -> Result<usize, ReadError>> {
