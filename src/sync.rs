@@ -404,50 +404,6 @@ impl<T> SlotBase<T> {
             (*self.cells.add((offset - self.first) as usize)).with_mut(|p| (*p).write(value));
         }
     }
-
-    /// Copies `src` into the cells of `offset..offset + src.len()`: one copy outside loom, cell
-    /// by cell under loom.
-    ///
-    /// # Safety
-    /// As for [`SlotBase::write`], for every offset of the run.
-    #[inline(always)]
-    pub(crate) unsafe fn write_copies(&mut self, offset: u64, src: &[T])
-    where
-        T: Copy,
-    {
-        #[cfg(not(loom))]
-        // SAFETY: the run's cells are `src.len()` contiguous `T`s from `origin + offset` (as in
-        // `write`), inside the live array and ours alone by the caller's contract. `src` cannot
-        // overlap them: it is borrowed shared, and cells that are not published yet are reachable
-        // only by their writer.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                src.as_ptr(),
-                self.origin.wrapping_add(offset as usize),
-                src.len(),
-            )
-        };
-        #[cfg(loom)]
-        for (k, v) in src.iter().enumerate() {
-            // SAFETY: as in `write`, cell by cell.
-            unsafe {
-                (*self.cells.add((offset - self.first) as usize + k)).with_mut(|p| (*p).write(*v));
-            }
-        }
-    }
-
-    /// The address of `offset`'s cell, for a prefetch hint only: never read nor written through
-    /// (and null under loom, where hints do nothing).
-    #[inline(always)]
-    pub(crate) fn hint(&self, offset: u64) -> *const T {
-        #[cfg(not(loom))]
-        return self.origin.wrapping_add(offset as usize);
-        #[cfg(loom)]
-        {
-            let _ = offset;
-            std::ptr::null()
-        }
-    }
 }
 
 /// A many-producer writer's handle on a segment's stamps (one `AtomicU8` a slot), addressed by

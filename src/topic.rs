@@ -731,9 +731,6 @@ impl<T: Send + Sync + 'static> Producer<T> {
     /// code of yours, so they need no staging buffer and go into the log in one copy per segment
     /// they span (on a single-producer topic without byte retention; value by value otherwise).
     /// Your slice is left as it was, whatever the outcome, so an error carries nothing back.
-    /// On a one-partition single-producer topic without timestamps, a run that fits in the
-    /// producer's current segment and in the room it last saw is published inline, as `publish`
-    /// publishes a record: the copy, one store of the published end, one look for parked readers.
     ///
     /// ```
     /// use logbus::{Start, Topic, TopicConfig};
@@ -751,17 +748,6 @@ impl<T: Send + Sync + 'static> Producer<T> {
     where
         T: Copy,
     {
-        let fast = &mut self.fast;
-        if fast.plain_single {
-            // SAFETY: `inner.first` holds the `Arc` that keeps the log alive (see `Fast::log`).
-            let log = unsafe { fast.log.as_ref() };
-            if let Some(first) = log.publish_slice_kept(&mut fast.kept, values) {
-                return Ok(PublishedBatch {
-                    partition: 0,
-                    offsets: first..first + values.len() as u64,
-                });
-            }
-        }
         self.on_inner(|inner| inner.publish_slice(values))
     }
 }

@@ -693,10 +693,10 @@ fn a_refused_slice_publishes_nothing() {
     assert_eq!(drain(&t, 0), vec![(0, 7), (1, 8)]);
 }
 
-/// A `Producer` on a single-producer topic without timestamps copies a slice into its segment
-/// from the state it keeps by value when the run fits the segment and the room it last saw, and
-/// takes the long path otherwise: both must agree on offsets, refusals and the close, at the
-/// edges of the capacity (12, so that the room ends inside a segment of 8) and of segments.
+/// A `Producer`'s slices on a single-producer topic without timestamps (whose single records
+/// take the place the producer keeps by value), at the edges of the capacity (12, so that the
+/// room ends inside a segment of 8) and of segments, mixed with single records: offsets,
+/// refusals whole (nothing of a refused run is published) and the close.
 #[test]
 fn a_single_producers_slice_is_published_or_refused_alike_at_every_edge() {
     let t = topic(
@@ -756,8 +756,8 @@ fn a_single_producers_slice_is_published_or_refused_alike_at_every_edge() {
     ));
 }
 
-/// Under `Block` a slice waits for room whether it fits the room the producer last saw or not:
-/// runs of five into a capacity of 16, against a reader on another thread.
+/// Under `Block` a slice waits for room: runs of five into a capacity of 16, against a reader on
+/// another thread.
 #[test]
 fn a_single_producers_slices_wait_for_room_and_arrive_in_order() {
     const RUNS: u64 = 2_000;

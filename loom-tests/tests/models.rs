@@ -532,34 +532,6 @@ fn two_runs_read(segment_size: usize, split: u64, end: u64) {
     });
 }
 
-/// I2 and I5 for a single producer's slice from its place kept by value (a topic without
-/// timestamps in a process with membarrier: `Log::publish_slice_kept`): two runs inside the
-/// segment go in as one copy through the kept slot handle each, published by one store of the
-/// watermark, then the look at `state` behind the free light barrier that wakes a parked reader.
-/// A reader reading batches as they are published (it parks at once when nothing is ready) sees
-/// each value written (loom reports a read of a slot's cell that races its write), in order,
-/// once. The first record goes in first, on the long path, so that the writer holds its segment.
-#[test]
-fn kept_slice_publish_read() {
-    model_on(Paths::Membarrier, || {
-        let config = config()
-            .producers(Producers::Single)
-            .segment_size(8)
-            .timestamps(false);
-        let topic = Topic::<u64>::new("m", config).unwrap();
-        let mut reader = topic.reader(0, Start::Earliest).unwrap();
-        let mut producer = topic.producer().unwrap();
-        assert_eq!(producer.publish_slice(&[0]).unwrap().offsets, 0..1);
-        let publisher = thread::spawn(move || {
-            assert_eq!(producer.publish_slice(&[1, 2]).unwrap().offsets, 1..3);
-            assert_eq!(producer.publish_slice(&[3, 4, 5]).unwrap().offsets, 3..6);
-        });
-        let all: Vec<u64> = (0..6).collect();
-        assert_eq!(read_in_batches(&mut reader, all.len()), all);
-        publisher.join().unwrap();
-    });
-}
-
 /// Segment install by racing producers: each crosses into a new segment (size 2) at once; every
 /// record lands in the right slot of the one installed segment.
 #[test]

@@ -1824,49 +1824,6 @@ impl<T: Send + Sync + 'static> Log<T> {
         Err(value)
     }
 
-    /// [`Log::publish_kept`] for a run of `Copy` values (`Producer::publish_slice`): copies the
-    /// run into the writer's segment and publishes it with one store of the watermark, when it
-    /// lies inside that segment and below the room last seen; else hands back `None` for the
-    /// long path ([`Log::publish_copies`]), which the caller runs on the writer itself. Returns
-    /// the run's first offset. An empty run takes the long path too.
-    ///
-    /// Inlined into the caller: the long path goes out of line through the producer's `inner`,
-    /// picks the partition, measures sizes, checks retention, admits the run and settles the
-    /// segment switch before it copies, and its caller takes the kept state again after it.
-    /// Here a batch is a few compares, the copy, and the stores and look that a single record's
-    /// publish makes.
-    ///
-    /// [`Producer`]: crate::Producer
-    #[inline(always)]
-    pub(crate) fn publish_slice_kept(&self, h: &mut Kept<T>, values: &[T]) -> Option<u64>
-    where
-        T: Copy,
-    {
-        let first = h.next;
-        let n = values.len() as u64;
-        // Inside the segment (`limit` is 0 for a state that takes no short path), and the run's
-        // last offset below the room last seen, which is also the close check (as in
-        // `publish_kept`). Then `n` is at most the capacity too: the room ends at most
-        // `max_records` past a reader, and no reader is past `first`.
-        if n == 0 || n > h.limit.saturating_sub(first) || !self.room_cached(first + n - 1) {
-            return None;
-        }
-        // SAFETY: `first..first + n` ends at or below `limit`, the end of the writer's segment,
-        // and starts at or above its base (as in `publish_kept`), so every offset is one of the
-        // cells `h.slots` was made from, alive while the writer holds its counted reference;
-        // we are the single writer and none of them is published yet (the watermark is `first`).
-        unsafe { segment::write_copies_ahead(&mut h.slots, first, values, h.limit) };
-        // Release: publishes the run (I2), every slot of it with one store.
-        self.watermark.store(first + n, Ordering::Release);
-        // The free light barrier, as in `publish_kept`.
-        let s = self.look_after_publish(true);
-        h.next = first + n;
-        if unlikely(s & AFTER_LOOK != 0) {
-            self.after_publish_slow(s);
-        }
-        Some(first)
-    }
-
     /// The single writer's short-path state, to be kept by value in a [`Producer`] (see
     /// [`Kept`]). `w` keeps its segment and marks its copy of the next offset [`STALE`]: the
     /// watermark, which every publish from the kept state stores, says it. So `w` can still be

@@ -212,35 +212,6 @@ fn fetch_ahead<E, const BYTES: usize>(array: &[E], i: usize) {
     }
 }
 
-/// [`Segment::write_values`] for a single writer's kept state (`log::Kept`), through its handle
-/// on the segment's values: fetches for writing, once per line, the line [`BATCH_AHEAD`] bytes
-/// past each line of the run `first..first + values.len()` while it is below `limit`, then copies
-/// the run. No metadata: kept state is only a topic's without timestamps.
-///
-/// # Safety
-/// As for [`SlotBase::write_copies`]; `limit` is the end offset of the segment `slots` was made
-/// from.
-#[inline(always)]
-pub(crate) unsafe fn write_copies_ahead<T: Copy>(
-    slots: &mut SlotBase<T>,
-    first: u64,
-    values: &[T],
-    limit: u64,
-) {
-    let per_line = per_line::<T>() as u64;
-    let ahead = (BATCH_AHEAD / std::mem::size_of::<T>().max(1)).max(1) as u64;
-    let end = first + values.len() as u64;
-    let mut line = first.next_multiple_of(per_line);
-    while line < end {
-        if line + ahead < limit {
-            prefetch_write(slots.hint(line + ahead));
-        }
-        line += per_line;
-    }
-    // SAFETY: the caller's contract.
-    unsafe { slots.write_copies(first, values) };
-}
-
 /// One slot of a lazily allocated array (keys, or timestamps too far from the segment's base).
 type WordCell = UnsafeCell<MaybeUninit<u64>>;
 
