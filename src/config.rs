@@ -172,7 +172,7 @@ impl WaitStrategy {
     /// Never park: the default's polling and yielding, kept up however long the topic stays
     /// quiet (`yield_for` without end). Like the Disruptor's `BusySpin`, a reader catches the
     /// first record after a quiet spell as fast as the next one in a stream; a parked reader
-    /// pays a futex wake-up there instead (~25–90 µs on the 2-vCPU guest of the README's
+    /// pays a futex wake-up there instead (~20–100 µs on the 2-vCPU guest of the README's
     /// Figures, the `burst` scenario's first burst after a pause). A reader whose thread is the
     /// only one waiting on its CPU polls (a spin hint between looks) and yields once in 50 µs, so
     /// it holds a core while the topic is quiet (the `idle` scenario); readers that share a CPU
