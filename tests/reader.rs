@@ -698,7 +698,7 @@ fn a_refused_slice_publishes_nothing() {
 /// room ends inside a segment of 8) and of segments, mixed with single records: offsets,
 /// refusals whole (nothing of a refused run is published) and the close.
 #[test]
-fn a_single_producers_slice_is_published_or_refused_alike_at_every_edge() {
+fn a_single_producers_slice_is_published_or_refused_whole_at_every_edge() {
     let t = topic(
         TopicConfig::default()
             .segment_size(8)
