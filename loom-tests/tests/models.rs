@@ -532,6 +532,36 @@ fn two_runs_read(segment_size: usize, split: u64, end: u64) {
     });
 }
 
+/// I2 and I5 for a single producer (a topic without timestamps in a process with membarrier)
+/// that mixes the two ways its records go in: single records from its place kept by value
+/// (`Log::publish_kept`), and a slice through the writer itself, which starts from the next
+/// offset the kept state hands back (`Log::give_back_kept`) instead of loading the watermark, and
+/// after which the kept state is taken again. A reader reading batches as they are published (it
+/// parks at once when nothing is ready) sees each value written (loom reports a read of a slot's
+/// cell that races its write), in order, once. The first record goes in first, on the long path,
+/// so that the writer holds its segment.
+#[test]
+fn kept_records_and_a_slice_read() {
+    model_on(Paths::Membarrier, || {
+        let config = config()
+            .producers(Producers::Single)
+            .segment_size(8)
+            .timestamps(false);
+        let topic = Topic::<u64>::new("m", config).unwrap();
+        let mut reader = topic.reader(0, Start::Earliest).unwrap();
+        let mut producer = topic.producer().unwrap();
+        assert_eq!(producer.publish(0).unwrap().offset, 0);
+        let publisher = thread::spawn(move || {
+            assert_eq!(producer.publish(1).unwrap().offset, 1);
+            assert_eq!(producer.publish_slice(&[2, 3]).unwrap().offsets, 2..4);
+            assert_eq!(producer.publish(4).unwrap().offset, 4);
+        });
+        let all: Vec<u64> = (0..5).collect();
+        assert_eq!(read_in_batches(&mut reader, all.len()), all);
+        publisher.join().unwrap();
+    });
+}
+
 /// Segment install by racing producers: each crosses into a new segment (size 2) at once; every
 /// record lands in the right slot of the one installed segment.
 #[test]
