@@ -971,9 +971,9 @@ mod tests {
             Some(5),
             "and moves its copy on"
         );
-        p.fast.kept = p.inner.take_first_kept(); // as `on_inner` does
-                                                 // `on_inner` takes the kept state again at once: the copy is stale again, the next
-                                                 // offset in the producer.
+        // Taken again, as `on_inner` does: the copy is stale again, the next offset in the
+        // producer.
+        p.fast.kept = p.inner.take_first_kept();
         assert_eq!(p.publish_slice(&[5, 6, 7]).unwrap().offsets, 5..8);
         assert_eq!(p.inner.first.1.next_copy(), None);
         assert_eq!(p.fast.kept.next(), 8);
