@@ -812,7 +812,8 @@ impl<T: Send + Sync + 'static> Inner<T> {
 
     /// Runs `f` after handing partition 0's writer `next`, the next offset from the producer's
     /// kept state, where the producer keeps one (one partition on [`Path::PlainSingle`]; see
-    /// [`Log::give_back_kept`]).
+    /// [`Log::give_back_kept`]). That is `Fast::plain_single`'s test, made again here from
+    /// `inner` so that the caller hands over one word.
     ///
     /// Out of line, so the test and the store are not in the caller's loop: inlined into
     /// `Producer::on_inner`, they left the harness's single-record loop one register short, the
