@@ -3401,7 +3401,7 @@ const STALE: u64 = u64::MAX;
 pub(crate) struct Writer<T> {
     seg: Option<SegRef<T>>,
     /// Single producer: the next offset to publish, equal to the log's watermark (only this
-    /// writer stores it), or [`STALE`] while no reader watches the published end. Many
+    /// writer stores it), or [`STALE`] where it keeps no copy (see below for when). Many
     /// producers: one past this writer's last reservation as of its last count
     /// ([`Writer::count_run`]); while it holds the lease, its next offset is in the log's `lease`
     /// instead ([`Log::lease_next`]), and this is set from there when the lease goes.
@@ -3418,7 +3418,10 @@ pub(crate) struct Writer<T> {
     /// itself ([`Log::give_back_kept`]). What follows is for the writers that publish through
     /// here: the stamped single producer's, and those claimed for one call (`Topic::publish`).
     ///
-    /// But only while some reader watches (`state`'s watching count, see [`Log::watch`]): the
+    /// Its short path keeps the copy only while some reader watches (`state`'s watching count,
+    /// see [`Log::watch`]); the long path (slices, batches, a segment's end) stores it whether
+    /// or not anyone watches, and the next short publish drops it if nobody does. Why not
+    /// always: the
     /// copy's store is a publish's third, and on the Xeon VM of stops 28–31 a core commits one
     /// store a cycle unless the next is to the same line, so in a saturated stream the copy cost
     /// a publish a third more time than the record and the watermark alone. A minimal loop
