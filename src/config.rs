@@ -216,13 +216,39 @@ pub struct TopicConfig<T> {
 /// next), so this keeps an idle partition small (28 KiB for `u64` records with timestamps).
 pub const DEFAULT_SEGMENT_SIZE: usize = 1024;
 
-/// The longest default segment of a topic with `max_records` (`max_records / 4`, rounded down to
-/// a power of two, within [`DEFAULT_SEGMENT_SIZE`]..=this). Entering a segment costs a few
+/// The longest default segment of a topic with `max_records` as a retention limit
+/// (`max_records / 4`, rounded down to a power of two, within [`DEFAULT_SEGMENT_SIZE`]..=this; a
+/// ring's may be longer, see [`TopicConfig::segment_size`]). Entering a segment costs a few
 /// cross-core cache-line transfers (its directory entry, reference counts, the pool, the epoch),
 /// about 0.8 µs here when a reader follows the producer on the other core, so longer segments
 /// pay off on busy bounded topics: a ring-like topic keeping 64 Ki records did 1→1 154 M/s with
 /// 1 Ki segments and 188 M/s with 16 Ki ones in one run of `perf/` (batches: 224 vs 345 M/s).
 pub const MAX_DEFAULT_SEGMENT_SIZE: usize = 1 << 14;
+
+/// The most bytes of values a ring's default segment holds (see [`TopicConfig::segment_size`]).
+///
+/// A producer that writes a line a reader still holds in its private cache (it read it on the
+/// ring's last lap) waits for the reader's copy to be invalidated, a round trip between cores;
+/// one that writes a line that has left both cores' private caches since takes it from the
+/// shared cache, with no round trip. So a ring whose cycle of memory outgrows the readers'
+/// private caches runs faster than one that fits. Until stop 71 a ring-like topic of 65,536 `u64`
+/// had segments of a quarter of that (16,384 slots, 128 KiB of values), cycling through nine of
+/// them (1.15 MiB, about a 2-vCPU EPYC guest's 1 MiB second-level cache); in one segment of
+/// 65,536 it cycles through six (3 MiB). Alternating harness binaries on that guest, 6 rounds
+/// each: tput 1→1 ×3.38 (2.05–3.76), 1→2 ×2.05 (1.99–2.09), 1→4 ×1.07, batch 1→1 ×1.55
+/// (1.47–1.92), every round above 1; batch 1→2 and 1→4, bound by their readers, ×1.01. A
+/// segment of 32,768 (seven of them, 1.8 MiB) measured ×1.88 at tput 1→1, and 4,096 and 1,024
+/// (688 and 552 KiB) ×0.58 and ×0.50 (8 rounds). A minimal ring outside the crate shows the same
+/// with no segments at all: 512 KiB of `u64` slots 233–406 M/s, 4 MiB 567–901.
+///
+/// The bound keeps a ring of large records from cycling through five spare segments of many
+/// megabytes each: their cycle outgrows the caches at the quarter already.
+const RING_SEGMENT_BYTES: usize = 512 << 10;
+
+/// `n` rounded down to a power of two (`n` at least 1; the callers' are at most 2^19).
+fn pow2_floor(n: u64) -> usize {
+    1 << (63 - n.leading_zeros())
+}
 
 /// The largest segment length accepted (2^24 slots).
 pub const MAX_SEGMENT_SIZE: usize = 1 << 24;
@@ -307,8 +333,15 @@ impl<T> TopicConfig<T> {
     }
 
     /// Slots per segment: a power of two from 2 to [`MAX_SEGMENT_SIZE`]. Retention trims whole
-    /// segments. By default [`DEFAULT_SEGMENT_SIZE`], or with [`TopicConfig::max_records`] a
-    /// quarter of it (rounded down to a power of two) up to [`MAX_DEFAULT_SEGMENT_SIZE`].
+    /// segments. By default [`DEFAULT_SEGMENT_SIZE`]; with [`TopicConfig::max_records`] a quarter
+    /// of it (rounded down to a power of two) up to [`MAX_DEFAULT_SEGMENT_SIZE`]; and where
+    /// `max_records` is a capacity ([`Overflow::Block`] or [`Overflow::Reject`]: a ring) the whole
+    /// capacity in one segment, rounded down to a power of two, as long as its values take at most
+    /// 512 KiB (65,536 `u64`s), if that is longer than the quarter.
+    ///
+    /// Why a ring's segments are that long: the memory a ring cycles through then outgrows a
+    /// core's private caches, which is what lets its producer run at full speed (see
+    /// [`TopicConfig::max_records`] for the memory it takes).
     pub fn segment_size(mut self, slots: usize) -> Self {
         self.segment_size = Some(slots);
         self
@@ -318,10 +351,14 @@ impl<T> TopicConfig<T> {
     pub(crate) fn segment_len(&self) -> usize {
         self.segment_size.unwrap_or_else(|| match self.max_records {
             Some(n) => {
-                let quarter =
-                    (n / 4).clamp(DEFAULT_SEGMENT_SIZE as u64, MAX_DEFAULT_SEGMENT_SIZE as u64);
-                // Round down to a power of two (`quarter` is at least 1).
-                1 << (63 - quarter.leading_zeros())
+                let quarter = pow2_floor(
+                    (n / 4).clamp(DEFAULT_SEGMENT_SIZE as u64, MAX_DEFAULT_SEGMENT_SIZE as u64),
+                );
+                if self.overflow == Overflow::DropOldest {
+                    return quarter;
+                }
+                let fits = (RING_SEGMENT_BYTES / std::mem::size_of::<T>().max(1)) as u64;
+                quarter.max(pow2_floor(n.min(fits).max(1)))
             }
             None => DEFAULT_SEGMENT_SIZE,
         })
@@ -352,6 +389,12 @@ impl<T> TopicConfig<T> {
     /// as a partition first fills. Under [`Overflow::DropOldest`], where `n` is a retention limit
     /// that a quiet topic may never reach, segments are allocated as the partition fills, as on an
     /// unbounded topic.
+    ///
+    /// A ring's default segment holds its whole capacity where its values take at most 512 KiB
+    /// (see [`TopicConfig::segment_size`]): a ring of `n` small records then keeps up to `3 * n`
+    /// and cycles through six segments, `6 * n` slots (3 MiB of values for 65,536 `u64`s, against
+    /// 1.15 MiB in nine segments of a quarter). That memory is what lets its producer run at full
+    /// speed; a smaller `segment_size` trades it back.
     pub fn max_records(mut self, n: u64) -> Self {
         self.max_records = Some(n);
         self

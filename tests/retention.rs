@@ -738,6 +738,61 @@ fn bounded_topics_get_segments_a_quarter_of_their_retention() {
     }
 }
 
+#[test]
+fn rings_get_segments_as_long_as_their_capacity() {
+    // Where `max_records` is a capacity (Block, Reject), the default segment holds all of it, as
+    // long as its values take at most 512 KiB, and at least the quarter a retention limit gets.
+    fn ring<T>(n: u64, overflow: Overflow) -> TopicConfig<T> {
+        TopicConfig::default().max_records(n).overflow(overflow)
+    }
+    let u64s = [
+        (1 << 16, Overflow::Block, 1 << 16),
+        (40_000, Overflow::Reject, 1 << 15), // rounded down to a power of two
+        (100, Overflow::Block, logbus::DEFAULT_SEGMENT_SIZE),
+        (1 << 20, Overflow::Block, 1 << 16), // 512 KiB of `u64`s
+        (1 << 16, Overflow::DropOldest, 1 << 14), // a retention limit: the quarter
+    ];
+    for (n, overflow, segment) in u64s {
+        // Configs compare by the segment length they give, set or derived.
+        assert!(
+            ring::<u64>(n, overflow) == ring(n, overflow).segment_size(segment),
+            "{n} {overflow:?}: segments of {segment}"
+        );
+        assert!(ring::<u64>(n, overflow) != ring(n, overflow).segment_size(segment / 2));
+    }
+    // Records of 256 bytes: 2,048 of them fill 512 KiB, fewer than the quarter of 65,536.
+    let large = ring::<[u64; 32]>(1 << 16, Overflow::Block);
+    assert!(large == ring(1 << 16, Overflow::Block).segment_size(1 << 14));
+
+    // And retention trims whole segments of the capacity: with no reader, a `Block` ring has
+    // room for everything, and keeps its newest 4,096 (a quarter would trim every 1,024).
+    let n = 1 << 12;
+    let t = Topic::<u64>::new(
+        "ring",
+        TopicConfig::default()
+            .single_producer()
+            .max_records(n)
+            .overflow(Overflow::Block),
+    )
+    .unwrap();
+    let mut p = t.producer().unwrap();
+    let total = n + 3 * n + 5;
+    let mut starts = vec![0];
+    for i in 0..total {
+        p.publish(i).unwrap();
+        if i % 32 == 0 || i == total - 1 {
+            let start = t.stats().partitions[0].start;
+            if start != *starts.last().unwrap() {
+                starts.push(start);
+            }
+        }
+    }
+    assert!(starts.len() >= 3, "trims at {starts:?}");
+    for step in starts.windows(2) {
+        assert_eq!(step[1] - step[0], n, "trims at {starts:?}");
+    }
+}
+
 /// A multi-producer slot's stamp means "published" for its segment's current life only: a
 /// segment that comes back from the pool must not show its last life's records as new ones.
 #[test]
