@@ -238,8 +238,10 @@ pub const MAX_DEFAULT_SEGMENT_SIZE: usize = 1 << 14;
 /// each: tput 1→1 ×3.38 (2.05–3.76), 1→2 ×2.05 (1.99–2.09), 1→4 ×1.07, batch 1→1 ×1.55
 /// (1.47–1.92), every round above 1; batch 1→2 and 1→4, bound by their readers, ×1.01. A
 /// segment of 32,768 (seven of them, 1.8 MiB) measured ×1.88 at tput 1→1, and 4,096 and 1,024
-/// (688 and 552 KiB) ×0.58 and ×0.50 (8 rounds). A minimal ring outside the crate shows the same
-/// with no segments at all: 512 KiB of `u64` slots 233–406 M/s, 4 MiB 567–901.
+/// (672 and 552 KiB) ×0.58 and ×0.50 (8 rounds). A minimal ring outside the crate shows the same
+/// with no segments at all: 512 KiB of `u64` slots 222–406 M/s, 4 MiB 567–901. The rule as
+/// built, against the quarter (6 rounds each): tput 1→1 ×3.79, 1→2 ×2.08, 1→4 ×1.10, batch 1→1
+/// ×1.49; the 2 µs-paced latency alike within the host's noise (`perf/HISTORY.md`, stop 71).
 ///
 /// The bound keeps a ring of large records from cycling through five spare segments of many
 /// megabytes each: their cycle outgrows the caches at the quarter already.

@@ -61,10 +61,20 @@ use crate::{
 #[repr(align(128))]
 struct Line(AtomicU64);
 
+/// How many times its capacity in slots a minimal ring cycles through: 4 MiB of `u64`s at the
+/// harness's capacity, at least the memory logbus's ring-like topic cycles through (six segments of
+/// its capacity since stop 71). A producer rewriting a line the reader still holds from the last
+/// lap waits for its invalidation, and a ring that fits the readers' private caches pays that for
+/// every line: these rings bounded nothing once logbus's cycle outgrew those caches (see
+/// `RING_SEGMENT_BYTES` in `src/config.rs`).
+const CYCLE: u64 = 8;
+
 /// The ring both threads share.
 struct Ring {
     slots: Box<[UnsafeCell<u64>]>,
     mask: u64,
+    /// How far ahead of the reader the producer may write: the capacity.
+    capacity: u64,
     /// One past the newest published slot.
     published: Line,
     /// How far the reader has read (the producer may write up to this plus the capacity).
@@ -104,7 +114,7 @@ impl Ring {
     fn wait_for_room(&self, at: u64) -> u64 {
         loop {
             // Acquire: the reader's reads of the slots below come before our writes to them.
-            let room = self.read.0.load(Ordering::Acquire) + self.mask + 1;
+            let room = self.read.0.load(Ordering::Acquire) + self.capacity;
             if at < room {
                 return room;
             }
@@ -287,8 +297,9 @@ impl<const LOOP: bool, const PAUSE: bool, const KEEP: bool, const EVERY: u64> Bu
         assert!(producers == 1 && subscribers == 1, "a minimal ring is 1→1");
         let capacity = run.capacity.next_power_of_two() as u64;
         let ring = Arc::new(Ring {
-            slots: (0..capacity).map(|_| UnsafeCell::new(0)).collect(),
-            mask: capacity - 1,
+            slots: (0..capacity * CYCLE).map(|_| UnsafeCell::new(0)).collect(),
+            mask: capacity * CYCLE - 1,
+            capacity,
             published: Line(AtomicU64::new(0)),
             read: Line(AtomicU64::new(0)),
             asleep: Line(AtomicU64::new(0)),
@@ -380,8 +391,8 @@ mod tests {
 
     use super::*;
 
-    /// Sends `n` records through a minimal ring of 64 slots (so it wraps many times), the first
-    /// half one by one and the rest as a run, and returns what the reader received.
+    /// Sends `n` records through a minimal ring of capacity 64 (512 slots: it wraps many times),
+    /// the first half one by one and the rest as a run, and returns what the reader received.
     fn round_trip<const LOOP: bool, const PAUSE: bool, const KEEP: bool, const EVERY: u64>(
         n: u64,
     ) -> Vec<u64> {
