@@ -667,6 +667,24 @@ fn room_counts_from_a_reader_that_seeked_back() {
     }
 }
 
+/// Publishes `0..total` to partition 0 of `t` through a producer, and returns the retained start
+/// after each trim (0 first), looked at more often than trims happen (every 32 records; the
+/// segments of the tests that call this are at least 64).
+fn trim_starts(t: &Topic<u64>, total: u64) -> Vec<u64> {
+    let mut p = t.producer().unwrap();
+    let mut starts = vec![0];
+    for i in 0..total {
+        p.publish(i).unwrap();
+        if i % 32 == 0 || i == total - 1 {
+            let start = t.stats().partitions[0].start;
+            if start != *starts.last().unwrap() {
+                starts.push(start);
+            }
+        }
+    }
+    starts
+}
+
 #[test]
 fn bounded_topics_get_segments_a_quarter_of_their_retention() {
     // The default segment follows `max_records` (a quarter, 1 Ki to 16 Ki slots), which shows in
@@ -709,19 +727,8 @@ fn bounded_topics_get_segments_a_quarter_of_their_retention() {
             config = config.segment_size(s);
         }
         let t = Topic::<u64>::new("seg", config).unwrap();
-        let mut p = t.producer().unwrap();
         let total = max + 3 * segment + 5;
-        let mut starts = vec![0];
-        for i in 0..total {
-            p.publish(i).unwrap();
-            // Looked at more often than trims happen (every 32 records, segments are >= 64).
-            if i % 32 == 0 || i == total - 1 {
-                let start = t.stats().partitions[0].start;
-                if start != *starts.last().unwrap() {
-                    starts.push(start);
-                }
-            }
-        }
+        let starts = trim_starts(&t, total);
         assert!(starts.len() >= 3, "max {max}: trims at {starts:?}");
         for step in starts.windows(2) {
             assert_eq!(step[1] - step[0], segment, "max {max}: trims at {starts:?}");
@@ -775,18 +782,7 @@ fn rings_get_segments_as_long_as_their_capacity() {
             .overflow(Overflow::Block),
     )
     .unwrap();
-    let mut p = t.producer().unwrap();
-    let total = n + 3 * n + 5;
-    let mut starts = vec![0];
-    for i in 0..total {
-        p.publish(i).unwrap();
-        if i % 32 == 0 || i == total - 1 {
-            let start = t.stats().partitions[0].start;
-            if start != *starts.last().unwrap() {
-                starts.push(start);
-            }
-        }
-    }
+    let starts = trim_starts(&t, n + 3 * n + 5);
     assert!(starts.len() >= 3, "trims at {starts:?}");
     for step in starts.windows(2) {
         assert_eq!(step[1] - step[0], n, "trims at {starts:?}");
