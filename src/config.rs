@@ -393,9 +393,9 @@ impl<T> TopicConfig<T> {
     /// unbounded topic.
     ///
     /// A ring's default segment holds its whole capacity where its values take at most 512 KiB
-    /// (see [`TopicConfig::segment_size`]): a ring of `n` small records then keeps up to `3 * n`
-    /// and cycles through six segments, `6 * n` slots (3 MiB of values for 65,536 `u64`s, against
-    /// 1.15 MiB in nine segments of a quarter). That memory is what lets its producer run at full
+    /// (see [`TopicConfig::segment_size`]): a ring of `n` small records, `n` a power of two, then
+    /// keeps up to `3 * n` and cycles through six segments, `6 * n` slots (3 MiB of values for
+    /// 65,536 `u64`s, against 1.15 MiB in nine segments of a quarter). That memory is what lets its producer run at full
     /// speed; a smaller `segment_size` trades it back.
     pub fn max_records(mut self, n: u64) -> Self {
         self.max_records = Some(n);
