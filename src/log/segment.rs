@@ -67,7 +67,6 @@
 //!   word, so every word reads 0. A non-null array seen for a slot that wrote none holds 0 there
 //!   (allocated zeroed, cleared when the segment is taken from the pool).
 
-use std::collections::VecDeque;
 use std::mem::MaybeUninit;
 use std::panic::{self, AssertUnwindSafe};
 use std::ptr::NonNull;
@@ -1217,17 +1216,9 @@ pub(crate) struct Pool<T> {
     /// are cleared when the segment ever held a keyed record.
     timestamps: bool,
     keep: usize,
-    /// Spare segments, handed out in the order they came back (first in, first out), so that a
-    /// ring cycles through all it stocked: the segment it takes was last written and read the
-    /// longest ago, likely gone from the readers' private caches (see `RING_SEGMENT_BYTES` in
-    /// `config.rs`). A stack handed back the segment retention had trimmed last, so the spares
-    /// beyond the few in flight never turned. Alternating harness binaries on the 2-vCPU EPYC
-    /// guest (ring-like topic of 65,536 `u64`s, six segments stocked, 6 rounds): tput 1→1 ×1.07
-    /// (1.05–1.11 in five rounds, 0.64 in one), 1→2 ×1.01, 1→4 ×0.98.
-    ///
-    /// Boxed on purpose: segments are handed out as raw pointers (`Box::into_raw`) and must not
-    /// move.
-    spare: Mutex<VecDeque<Box<Segment<T>>>>,
+    // Boxed on purpose: segments are handed out as raw pointers (`Box::into_raw`) and must not move.
+    #[allow(clippy::vec_box)]
+    spare: Mutex<Vec<Box<Segment<T>>>>,
     /// Segments no longer referenced whose values still need dropping (see Lifetime).
     #[allow(clippy::vec_box)]
     retired: Mutex<Vec<Box<Segment<T>>>>,
@@ -1248,7 +1239,7 @@ impl<T> Pool<T> {
             stamped,
             timestamps,
             keep,
-            spare: Mutex::new(VecDeque::new()),
+            spare: Mutex::new(Vec::new()),
             retired: Mutex::new(Vec::new()),
             lent: AtomicUsize::new(0),
             drop_late: Self::drop_late,
@@ -1282,12 +1273,12 @@ impl<T> Pool<T> {
             }
             fresh.push(seg);
         }
-        lock(&self.spare).extend(fresh);
+        lock(&self.spare).append(&mut fresh);
     }
 
     /// A segment for the offsets `[base, base + size)`, with one reference (the directory's).
     pub(crate) fn take(this: &Arc<Self>, base: u64) -> *mut Segment<T> {
-        let spare = lock(&this.spare).pop_front();
+        let spare = lock(&this.spare).pop();
         let mut seg = match spare {
             Some(mut seg) => {
                 // Its last life's publications: a stamp must mean this life's (see the module
@@ -1340,7 +1331,7 @@ impl<T> Pool<T> {
     fn keep_spare(&self, seg: Box<Segment<T>>) {
         let mut spare = lock(&self.spare);
         if spare.len() < self.keep {
-            spare.push_back(seg);
+            spare.push(seg);
         }
     }
 
@@ -1589,28 +1580,6 @@ mod tests {
         // A base near zero (the wrapping arithmetic).
         let read = round_trip(&pool, Some(5), &metas);
         assert!(same(&read, &metas), "{read:?} != {metas:?}");
-    }
-
-    #[test]
-    fn spares_are_handed_out_in_the_order_they_came_back() {
-        let pool = Pool::<u64>::new(8, false, false, 4);
-        pool.stock(3);
-        let taken: Vec<*mut Segment<u64>> = (0..3).map(|i| Pool::take(&pool, i * 8)).collect();
-        assert_eq!(pool.spare(), 0);
-        // Back in the order 2, 0, 1: each release drops the one reference `take` handed out.
-        for &i in &[2, 0, 1] {
-            // SAFETY: a segment `take` handed us, released once, never used after.
-            unsafe { Segment::release(taken[i]) };
-        }
-        assert_eq!(pool.spare(), 3);
-        // Out again in that order (a stack would hand out 1 first). The addresses are the boxes'
-        // own: a spare is moved back into the pool as its box, never copied.
-        let again: Vec<*mut Segment<u64>> = (0..3).map(|i| Pool::take(&pool, i * 8)).collect();
-        assert_eq!(again, [taken[2], taken[0], taken[1]]);
-        for seg in again {
-            // SAFETY: as above.
-            unsafe { Segment::release(seg) };
-        }
     }
 
     #[test]
