@@ -356,14 +356,21 @@ impl<T> TopicConfig<T> {
                 let quarter = pow2_floor(
                     (n / 4).clamp(DEFAULT_SEGMENT_SIZE as u64, MAX_DEFAULT_SEGMENT_SIZE as u64),
                 );
-                if self.overflow == Overflow::DropOldest {
-                    return quarter;
+                if self.capacity().is_none() {
+                    return quarter; // a retention limit
                 }
                 let fits = (RING_SEGMENT_BYTES / std::mem::size_of::<T>().max(1)) as u64;
                 quarter.max(pow2_floor(n.min(fits).max(1)))
             }
             None => DEFAULT_SEGMENT_SIZE,
         })
+    }
+
+    /// `max_records` where it is a capacity, bounding the producers (`Block`, `Reject`: a ring);
+    /// `None` where it is a retention limit (`DropOldest`) or not set.
+    pub(crate) fn capacity(&self) -> Option<u64> {
+        self.max_records
+            .filter(|_| self.overflow != Overflow::DropOldest)
     }
 
     /// One producer at a time ([`Producers::Single`]) or many (the default).
@@ -395,8 +402,8 @@ impl<T> TopicConfig<T> {
     /// A ring's default segment holds its whole capacity where its values take at most 512 KiB
     /// (see [`TopicConfig::segment_size`]): a ring of `n` small records, `n` a power of two, then
     /// keeps up to `3 * n` and cycles through six segments, `6 * n` slots (3 MiB of values for
-    /// 65,536 `u64`s, against 1.15 MiB in nine segments of a quarter). That memory is what lets its producer run at full
-    /// speed; a smaller `segment_size` trades it back.
+    /// 65,536 `u64`s, against 1.15 MiB in nine segments of a quarter). That memory is what lets
+    /// its producer run at full speed; a smaller `segment_size` trades it back.
     pub fn max_records(mut self, n: u64) -> Self {
         self.max_records = Some(n);
         self

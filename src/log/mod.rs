@@ -521,9 +521,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         let size = config.segment_len();
         let shift = size.trailing_zeros();
         let single = config.producers == crate::config::Producers::Single;
-        let room_cap = config
-            .max_records
-            .filter(|_| config.overflow != Overflow::DropOldest);
+        let room_cap = config.capacity();
         let ring = ring_segments(
             room_cap,
             size,
