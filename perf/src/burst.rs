@@ -63,6 +63,7 @@ pub(crate) fn burst<B: Bus>(bus: &B, pins: &Pins, shape: Shape) -> [f64; 3] {
     let run = Run {
         capacity: CAPACITY,
         total: total as usize,
+        batch: false,
     };
     let (txs, join) = bus.start(1, 1, run, pins, move |_| {
         let seen = sink_seen.clone();

@@ -54,7 +54,8 @@ use std::{
 use logbus::{Reader, Start, Topic};
 
 use crate::{
-    held, logbus_ring, order_sink, read_logbus, spawn_each, Bus, Pins, Run, Sink, Tx, CAPACITY,
+    held, logbus_ring, order_sink, read_logbus, read_logbus_batches, spawn_each, Bus, Pins, Run,
+    Sink, Tx, CAPACITY,
 };
 
 /// A word on a cache line pair of its own (the CPU's adjacent-line prefetcher works on pairs).
@@ -258,7 +259,7 @@ fn read_all<const PAUSE: bool, S: Sink>(ring: Arc<Ring>, sink: S) {
         for part in [a, b] {
             for slot in part {
                 // SAFETY: see `Ring`'s `Sync`: the slot is published and not yet marked read.
-                if sink(unsafe { *slot.get() }) {
+                if sink.take(unsafe { *slot.get() }) {
                     return;
                 }
             }
@@ -326,7 +327,10 @@ impl<const LOOP: bool, const PAUSE: bool, const KEEP: bool, const EVERY: u64> Bu
 ///   the lines are already in that core's cache: what its reading costs alone. No subscriber
 ///   there reads faster, and where readers share the core (1→2 and 1→4 on two cores) their sum
 ///   is bounded likewise.
-pub(crate) fn read_limit(pins: &Pins, records: u64, from_producer: bool) -> f64 {
+///
+/// `whole`: the reader hands the check each batch whole ([`read_logbus_batches`], the `batch`
+/// scenario's reader loop) rather than each record.
+pub(crate) fn read_limit(pins: &Pins, records: u64, from_producer: bool, whole: bool) -> f64 {
     const CHUNK: u64 = CAPACITY as u64 / 2;
     let readers = if from_producer { 1 } else { 8 };
     let rounds = records.div_ceil(CHUNK * readers as u64);
@@ -372,7 +376,11 @@ pub(crate) fn read_limit(pins: &Pins, records: u64, from_producer: bool) -> f64 
             for reader in readers {
                 let sink = order_sink(1, CHUNK, Arc::default());
                 let started = Instant::now();
-                read_logbus(reader, sink);
+                if whole {
+                    read_logbus_batches(reader, sink);
+                } else {
+                    read_logbus(reader, sink);
+                }
                 reading += started.elapsed();
                 n += CHUNK;
             }
@@ -408,6 +416,7 @@ mod tests {
         let run = Run {
             capacity: 64,
             total: n as usize,
+            batch: false,
         };
         let (mut txs, join) = Minimal::<LOOP, PAUSE, KEEP, EVERY>("test").start(
             1,
@@ -437,8 +446,8 @@ mod tests {
     fn the_read_limit_reads_every_chunk_in_order() {
         // Each reader of a round reads the round's 32 Ki records; `order_sink` panics on a record
         // out of place, and a reader short of its 32 Ki would wait for ever.
-        for from_producer in [true, false] {
-            let rate = read_limit(&Pins::from_ids(Vec::new()), 100_000, from_producer);
+        for (from_producer, whole) in [(true, false), (false, false), (true, true)] {
+            let rate = read_limit(&Pins::from_ids(Vec::new()), 100_000, from_producer, whole);
             assert!(rate.is_finite() && rate > 0.0, "{rate}");
         }
     }

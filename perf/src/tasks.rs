@@ -92,7 +92,7 @@ async fn read_logbus_task<S: Sink>(mut reader: Reader<u64>, mut sink: S) {
     loop {
         match reader.next_async().await {
             Ok(record) => {
-                if sink(*record) {
+                if sink.take(*record) {
                     return;
                 }
             }
@@ -121,7 +121,7 @@ impl Bus for TokioBroadcastTasks {
         let (tx, _) = tokio::sync::broadcast::channel::<u64>(run.total.next_power_of_two());
         let receivers = (0..subscribers).map(|_| tx.subscribe()).collect();
         let join = spawn_tasks(pins, receivers, sink, |mut rx, mut sink| async move {
-            while !sink(rx.recv().await.expect("sized not to lag")) {}
+            while !sink.take(rx.recv().await.expect("sized not to lag")) {}
         });
         let txs = (0..producers).map(|_| TokioTx(tx.clone())).collect();
         (txs, join)
@@ -207,7 +207,7 @@ impl<C: TaskChannel + 'static> Bus for ChannelTasks<C> {
         let (senders, receivers): (Vec<_>, Vec<_>) =
             (0..subscribers).map(|_| self.1.pair(run.capacity)).unzip();
         let join = spawn_tasks(pins, receivers, sink, |mut rx, mut sink| async move {
-            while !sink(C::recv(&mut rx).await) {}
+            while !sink.take(C::recv(&mut rx).await) {}
         });
         let txs = (0..producers)
             .map(|_| ChannelTasksTx(senders.clone()))
