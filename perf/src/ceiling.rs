@@ -215,6 +215,40 @@ impl<const LOOP: bool, const KEEP: bool, const EVERY: u64> Tx for MinimalTx<LOOP
         }
         (self.next, self.room) = (next, room);
     }
+
+    fn send_batch(&mut self, vs: &[u64]) {
+        self.send_slice(vs);
+    }
+}
+
+impl<const LOOP: bool, const KEEP: bool, const EVERY: u64> MinimalTx<LOOP, KEEP, EVERY> {
+    /// Publishes `vs` as one run: room for all of it, one copy into the slots (two where it
+    /// wraps), one store of the published end, as logbus's `publish_slice` does. The `batch`
+    /// scenario's minimal ring (the `ceiling` scenario's read-limit table).
+    fn send_slice(&mut self, vs: &[u64]) {
+        let ring = &*self.ring;
+        for chunk in vs.chunks(ring.capacity as usize) {
+            let end = self.next + chunk.len() as u64;
+            if end > self.room {
+                self.room = ring.wait_for_room(end - 1);
+            }
+            let (a, b) = ring.run(self.next, end);
+            let (to_a, to_b) = chunk.split_at(a.len());
+            for (slots, from) in [(a, to_a), (b, to_b)] {
+                // SAFETY: as in `write`, for every slot of the run (not published yet, with room);
+                // `UnsafeCell<u64>` has the layout of `u64`, and `from` holds `slots.len()` values.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        from.as_ptr(),
+                        UnsafeCell::raw_get(slots.as_ptr()),
+                        slots.len(),
+                    )
+                };
+            }
+            ring.publish(end);
+            self.next = end;
+        }
+    }
 }
 
 /// The longest run a look takes (logbus's readers in the harness ask for 4096 at a time).
@@ -241,8 +275,9 @@ fn pause_after(run: u64) {
 }
 
 /// The reader: takes runs of at most [`MAX_RUN`], marks them read, and when a run reached the
-/// published end spins or pauses.
-fn read_all<const PAUSE: bool, S: Sink>(ring: Arc<Ring>, sink: S) {
+/// published end spins or pauses. `WHOLE`: it hands the sink each part of a run whole
+/// ([`Sink::take_batch`], the `batch` scenario's readers), else each record.
+fn read_all<const PAUSE: bool, const WHOLE: bool, S: Sink>(ring: Arc<Ring>, sink: S) {
     let mut next = 0u64;
     // Where the reader last caught up: the start of the run its next pause measures.
     let mut caught_up_at = 0u64;
@@ -257,6 +292,13 @@ fn read_all<const PAUSE: bool, S: Sink>(ring: Arc<Ring>, sink: S) {
         let stop = end.min(next + MAX_RUN);
         let (a, b) = ring.run(next, stop);
         for part in [a, b] {
+            if WHOLE {
+                // SAFETY: see `Ring`'s `Sync`: the slots are published and not yet marked read.
+                if sink.take_batch(part.iter().map(|slot| unsafe { &*slot.get() })) {
+                    return;
+                }
+                continue;
+            }
             for slot in part {
                 // SAFETY: see `Ring`'s `Sync`: the slot is published and not yet marked read.
                 if sink.take(unsafe { *slot.get() }) {
@@ -305,7 +347,11 @@ impl<const LOOP: bool, const PAUSE: bool, const KEEP: bool, const EVERY: u64> Bu
             read: Line(AtomicU64::new(0)),
             asleep: Line(AtomicU64::new(0)),
         });
-        let join = spawn_each(pins, vec![ring.clone()], sink, read_all::<PAUSE, S>);
+        let join = if run.batch {
+            spawn_each(pins, vec![ring.clone()], sink, read_all::<PAUSE, true, S>)
+        } else {
+            spawn_each(pins, vec![ring.clone()], sink, read_all::<PAUSE, false, S>)
+        };
         let tx = MinimalTx {
             ring,
             next: 0,
@@ -450,6 +496,36 @@ mod tests {
             let rate = read_limit(&Pins::from_ids(Vec::new()), 100_000, from_producer, whole);
             assert!(rate.is_finite() && rate > 0.0, "{rate}");
         }
+    }
+
+    #[test]
+    fn the_minimal_ring_delivers_batches_whole_in_order_across_wraps() {
+        // Capacity 64 (512 slots): batches of 100 wrap the array and outgrow the room, so they
+        // go in as chunks of the capacity, some split at the array's end. The reader hands each
+        // part of a run to the check whole (`order_sink` panics on a record out of place).
+        let n = 10_000u64;
+        let done = Arc::new(Mutex::new(Vec::new()));
+        let d2 = done.clone();
+        let run = Run {
+            capacity: 64,
+            total: n as usize,
+            batch: true,
+        };
+        let (mut txs, join) = Minimal::<true, true>("test").start(
+            1,
+            1,
+            run,
+            &Pins::from_ids(Vec::new()),
+            move |_| order_sink(1, n, d2.clone()),
+        );
+        let mut tx = txs.pop().unwrap();
+        let values: Vec<u64> = (0..n).collect();
+        for batch in values.chunks(100) {
+            tx.send_batch(batch);
+        }
+        drop(tx);
+        join();
+        assert_eq!(done.lock().unwrap().len(), 1, "the reader took all {n}");
     }
 
     #[test]

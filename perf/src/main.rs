@@ -2284,6 +2284,11 @@ fn ceiling_table(r: &mut Report, o: &Options, pins: &Pins, kept: &mut Kept) {
                 "logbus ring-like, batches of 256",
                 kept_tput(&ours, o, pins, kept, (1, 1), true),
             );
+            let minimal = Minimal::<true, true>("minimal ring: batches of 256, pausing reader");
+            read.record(
+                minimal.name(),
+                kept_tput(&minimal, o, pins, kept, (1, 1), true),
+            );
             read.record("logbus ring-like, single records (above)", ours_single);
         }
     }
