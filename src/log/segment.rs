@@ -128,21 +128,6 @@ fn user_code_barred() -> bool {
 const LINE: usize = 64;
 const AHEAD: usize = 8 * LINE;
 
-/// How far ahead a batch's run ([`Segment::write_values`]) fetches the lines it will write: 32
-/// lines, 256 `u64` records. A run's copy stores a line per instruction, so lines fetched only 8
-/// ahead were still on their way when the copy reached them; fetching the lines a whole 256-record
-/// batch ahead overlaps their transfer with the batch before. A standalone 1→1 loop of 256-record
-/// batches (ring of 65536, reader checking every value, 2-vCPU Xeon, medians of 5, two rounds):
-/// 8 lines 1282–1352 M/s, 12 lines 1425–1442, 16 lines 1471–1500, 24 lines 1476–1492, 32 lines
-/// 1447–1506, 64 lines 1485–1489. In the perf harness, alternating binaries whose rounds take the
-/// median of 3 runs: batch 1→1 ×1.09 (6 rounds, 1.04–1.16); 1→2 ×1.00 and 1→4 ×0.99 (4 rounds
-/// each), where the readers' shared core bounds the run. With one run a round 1→1 measured ×1.01:
-/// a process's first run writes into fresh memory, and there the distance made no difference
-/// (with no prefetch at all it was ×0.84 even there). Demoting each written line to the shared
-/// cache (`cldemote`) halved the standalone loop: on this VM a line comes to the reader faster
-/// from the producer's core than from L3.
-const BATCH_AHEAD: usize = 32 * LINE;
-
 /// Slots a group flag stands for (see `Segment::groups`): a batch's run stores one flag for eight
 /// of its slots, and a reader's scan loads one for eight.
 pub(crate) const GROUP: usize = 8;
@@ -495,9 +480,20 @@ impl<T> Segment<T> {
     }
 
     /// Moves `n` values from `src` into slots `i..i + n` as one copy (a batch publish's run), each
-    /// with the metadata `meta`, and fetches for writing, once per line, the line [`BATCH_AHEAD`]
-    /// bytes past each of theirs (as [`Segment::prefetch_ahead`] does per slot for many
-    /// producers, but further ahead).
+    /// with the metadata `meta`.
+    ///
+    /// No lines are fetched ahead for writing. From stop 22 to stop 71 each line of the run
+    /// fetched (`prefetchw`) the line 32 lines (256 `u64`s, a batch) past it: on the 2-vCPU Xeon
+    /// of stop 22, whose rings' segments cycled through less memory than a core's L2, that was
+    /// batch 1→1 ×1.09 (and no prefetch ×0.84 in a process's first run). Since a ring's segments
+    /// hold its capacity (stop 71) its producer writes lines that have left both cores' private
+    /// caches, a sequential stream the CPU's own prefetcher follows: in a profile of the
+    /// ring-like batch 1→1 on the 2-vCPU EPYC guest, 39% of `publish_run`'s samples waited on the
+    /// `prefetchw`s themselves (the misses they had in flight filled the core's queue), and a
+    /// lone thread publishing batches of 256 into a ring-like topic with no reader ran 2.95 → 3.3
+    /// G records/s without them. Alternating harness binaries (stop 72): batch 1→1 ×1.13 (4
+    /// rounds, 1.07–1.20), many-producer batch 1→1 ×1.11 (6 rounds), 1→2, 1→4 and 2→2, where the
+    /// readers bound the run, ×0.99–1.01.
     ///
     /// # Safety
     /// `i + n <= self.len()`; the caller reserved those offsets, has not published them, and holds
@@ -506,12 +502,6 @@ impl<T> Segment<T> {
     #[inline]
     pub(crate) unsafe fn write_values(&self, i: usize, src: *const T, n: usize, meta: Meta) {
         debug_assert!(i + n <= self.len());
-        let per_line = (LINE / std::mem::size_of::<T>().max(1)).max(1);
-        let mut line = i.next_multiple_of(per_line);
-        while line < i + n {
-            fetch_line_ahead::<_, BATCH_AHEAD>(&self.values, line);
-            line += per_line;
-        }
         // The metadata first, as in `Segment::write`.
         if !meta.is_empty() {
             for k in i..i + n {
