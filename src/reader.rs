@@ -228,8 +228,14 @@ impl<T: Send + Sync + 'static> Reader<T> {
     /// Looks up what was published since the last look-up, even with records waiting, and
     /// returns where the records ready now end: for a pausing reader that watches whether the
     /// stream it caught up with goes on (see `wait`).
+    ///
+    /// A look that finds retention past the position moves nothing and returns the lag as an
+    /// error without taking it: the read that follows the pause reports it, exactly. (Until stop
+    /// 72 this look took the lag as a read does, moving to the oldest retained record, and the
+    /// watch dropped the error: a reader that retention overtook during a watched pause skipped
+    /// the records it lost with no `Lagged`, under `DropOldest`.)
     pub(crate) fn look_again(&mut self, limit: u64) -> Result<u64, ReadError> {
-        self.refresh(limit)?;
+        self.refresh_as::<false>(limit)?;
         Ok(self.ready)
     }
 
@@ -420,10 +426,20 @@ impl<T: Send + Sync + 'static> Reader<T> {
     /// that finds records, so it trails the reader's by at most what one look-up found, and again
     /// at the first look that finds nothing after records were taken.
     fn refresh(&mut self, limit: u64) -> Result<bool, ReadError> {
+        self.refresh_as::<true>(limit)
+    }
+
+    /// [`Reader::refresh`]; `TAKE_LAG` false leaves a lag where it is (returning it as the error
+    /// all the same) for a look that does not hand errors to the caller ([`Reader::look_again`]).
+    #[inline(always)]
+    fn refresh_as<const TAKE_LAG: bool>(&mut self, limit: u64) -> Result<bool, ReadError> {
         let limit = limit.max(SCAN);
         let start = self.log.start();
         if self.next < start {
             let lost = start - self.next;
+            if !TAKE_LAG {
+                return Err(ReadError::Lagged(lost));
+            }
             self.next = start;
             self.ready = start;
             self.caught_up_at = start;

@@ -1312,6 +1312,37 @@ mod tests {
     /// A look finds nothing until records come; records that stop after at most `comings`
     /// looks are a burst, whole; records still coming after that are a stream.
     #[test]
+    fn a_watch_that_finds_retention_past_the_reader_leaves_the_lag_to_the_read() {
+        use crate::{Overflow, Start, Topic, TopicConfig};
+        let config = TopicConfig::default()
+            .single_producer()
+            .segment_size(4)
+            .max_records(8)
+            .overflow(Overflow::DropOldest);
+        let topic = Topic::<u64>::new("watch-lag", config).unwrap();
+        let mut reader = topic.reader(0, Start::Earliest).unwrap();
+        topic.publish_batch(0..3u64).unwrap();
+        let readers = std::slice::from_mut(&mut reader);
+        assert_eq!(readers[0].try_next_batch(10).unwrap().len(), 3);
+        let mut watch = Watch::new(readers, 2);
+        // Retention passes the reader's position (3) while it pauses: 40 published, 8 kept.
+        topic.publish_batch(3..40u64).unwrap();
+        let start = topic.stats().partitions[0].start;
+        assert!(
+            start > 3,
+            "retention trimmed past the reader: start {start}"
+        );
+        assert_eq!(watch.look(readers, u64::MAX), Seen::Stopped);
+        assert_eq!(readers[0].position(), 3, "the look moved nothing");
+        // The read after the pause reports exactly what was lost, then goes on from the start.
+        match readers[0].try_next() {
+            Err(ReadError::Lagged(n)) => assert_eq!(n, start - 3),
+            other => panic!("expected Lagged, got {:?}", other.map(|r| r.offset())),
+        }
+        assert_eq!(readers[0].try_next().unwrap().offset(), start);
+    }
+
+    #[test]
     fn a_watch_tells_a_whole_burst_from_a_stream() {
         use crate::{Start, Topic, TopicConfig};
         let topic = Topic::<u64>::new("watch-looks", TopicConfig::default()).unwrap();
