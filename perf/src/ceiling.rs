@@ -38,6 +38,12 @@
 //!   logbus's readers do (`wait.rs`), so that readers sharing a core take turns. Either reads a
 //!   run of at most 4096 records as slices of the array, as a logbus batch is read.
 //!
+//! In the read-limit table (since stop 72) the one-loop ring with a pausing reader also runs the
+//! `batch` scenario: each batch of 256 goes in as one copy with one store of the end
+//! (`MinimalTx::send_slice`), and the reader hands each run to the check whole, as logbus's
+//! batch readers do there: what batches reach on the machine at hand when nothing but the copy
+//! and the reading is done.
+//!
 //! None of them is a peer: they have no retention, no parking, no fan-out, no safety checks a
 //! caller could rely on. They are here so that "at most X" has a figure measured in the same run.
 
