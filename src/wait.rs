@@ -1309,8 +1309,9 @@ mod tests {
         assert!(!bursts.skip(), "the streak starts again from one");
     }
 
-    /// A look finds nothing until records come; records that stop after at most `comings`
-    /// looks are a burst, whole; records still coming after that are a stream.
+    /// A look that finds retention past a pausing reader ends the pause and moves nothing; the
+    /// read after it reports the exact lag (the look used to move the reader, and the watch
+    /// dropped the `Lagged`).
     #[test]
     fn a_watch_that_finds_retention_past_the_reader_leaves_the_lag_to_the_read() {
         use crate::{Overflow, Start, Topic, TopicConfig};
@@ -1342,6 +1343,8 @@ mod tests {
         assert_eq!(readers[0].try_next().unwrap().offset(), start);
     }
 
+    /// A look finds nothing until records come; records that stop after at most `comings`
+    /// looks are a burst, whole; records still coming after that are a stream.
     #[test]
     fn a_watch_tells_a_whole_burst_from_a_stream() {
         use crate::{Start, Topic, TopicConfig};
