@@ -60,8 +60,7 @@ use std::{
 use logbus::{Reader, Start, Topic};
 
 use crate::{
-    held, logbus_ring, order_sink, read_logbus, read_logbus_batches, spawn_each, Bus, Pins, Run,
-    Sink, Tx, CAPACITY,
+    held, logbus_ring, order_sink, read_logbus, spawn_each, Bus, Pins, Run, Sink, Tx, CAPACITY,
 };
 
 /// A word on a cache line pair of its own (the CPU's adjacent-line prefetcher works on pairs).
@@ -380,7 +379,7 @@ impl<const LOOP: bool, const PAUSE: bool, const KEEP: bool, const EVERY: u64> Bu
 ///   there reads faster, and where readers share the core (1→2 and 1→4 on two cores) their sum
 ///   is bounded likewise.
 ///
-/// `whole`: the reader hands the check each batch whole ([`read_logbus_batches`], the `batch`
+/// `whole`: the reader hands the check each batch whole ([`read_logbus`]'s `WHOLE`, the `batch`
 /// scenario's reader loop) rather than each record.
 pub(crate) fn read_limit(pins: &Pins, records: u64, from_producer: bool, whole: bool) -> f64 {
     const CHUNK: u64 = CAPACITY as u64 / 2;
@@ -429,9 +428,9 @@ pub(crate) fn read_limit(pins: &Pins, records: u64, from_producer: bool, whole: 
                 let sink = order_sink(1, CHUNK, Arc::default());
                 let started = Instant::now();
                 if whole {
-                    read_logbus_batches(reader, sink);
+                    read_logbus::<true, _>(reader, sink);
                 } else {
-                    read_logbus(reader, sink);
+                    read_logbus::<false, _>(reader, sink);
                 }
                 reading += started.elapsed();
                 n += CHUNK;

@@ -551,9 +551,9 @@ impl Bus for Logbus {
             .map(|_| topic.reader(0, Start::Earliest).unwrap())
             .collect();
         let join = if run.batch {
-            spawn_each(pins, readers, sink, read_logbus_batches)
+            spawn_each(pins, readers, sink, read_logbus::<true, S>)
         } else {
-            spawn_each(pins, readers, sink, read_logbus)
+            spawn_each(pins, readers, sink, read_logbus::<false, S>)
         };
         let txs = (0..producers)
             .map(|_| LogbusTx(topic.producer().unwrap()))
@@ -562,34 +562,24 @@ impl Bus for Logbus {
     }
 }
 
-/// A logbus subscriber's loop, in every scenario: batches of up to 4096 records, each value to
-/// the sink, until the sink has all it expects. Out of line, so that the ceiling scenario's read
-/// limit ([`ceiling::read_limit`]) runs the very machine code the throughput runs do.
+/// A logbus subscriber's loop, in every scenario: batches of up to 4096 records until the sink
+/// has all it expects, each value to the sink, or with `WHOLE` (the `batch` scenario) each batch
+/// whole ([`Sink::take_batch`]). Out of line, so that the ceiling scenario's read limit
+/// ([`ceiling::read_limit`]) runs the very machine code the throughput runs do.
 #[inline(never)]
-fn read_logbus<S: Sink>(mut reader: Reader<u64>, sink: S) {
+fn read_logbus<const WHOLE: bool, S: Sink>(mut reader: Reader<u64>, sink: S) {
     held(sink, |sink| loop {
         match reader.next_batch(4096) {
+            Ok(b) if WHOLE => {
+                if sink.take_batch(b.values()) {
+                    return;
+                }
+            }
             Ok(b) => {
                 for v in b.values() {
                     if sink.take(*v) {
                         return;
                     }
-                }
-            }
-            Err(ReadError::Lagged(n)) => panic!("lagged by {n}"),
-            Err(e) => panic!("{e}"),
-        }
-    })
-}
-
-/// [`read_logbus`] for the `batch` scenario: each batch to the sink whole, as one slice's values.
-#[inline(never)]
-fn read_logbus_batches<S: Sink>(mut reader: Reader<u64>, sink: S) {
-    held(sink, |sink| loop {
-        match reader.next_batch(4096) {
-            Ok(b) => {
-                if sink.take_batch(b.values()) {
-                    return;
                 }
             }
             Err(ReadError::Lagged(n)) => panic!("lagged by {n}"),
