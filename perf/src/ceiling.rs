@@ -40,7 +40,7 @@
 //!
 //! In the read-limit table (since stop 72) the one-loop ring with a pausing reader also runs the
 //! `batch` scenario: each batch of 256 goes in as one copy with one store of the end
-//! (`MinimalTx::send_slice`), and the reader hands each run to the check whole, as logbus's
+//! (`MinimalTx::send_batch`), and the reader hands each run to the check whole, as logbus's
 //! batch readers do there: what batches reach on the machine at hand when nothing but the copy
 //! and the reading is done.
 //!
@@ -221,16 +221,11 @@ impl<const LOOP: bool, const KEEP: bool, const EVERY: u64> Tx for MinimalTx<LOOP
         (self.next, self.room) = (next, room);
     }
 
+    /// Publishes `vs` as one run (a run of at most the capacity at a time): room for all of it,
+    /// one copy into the slots (two where it wraps), one store of the published end, as logbus's
+    /// `publish_slice` does. The `batch` scenario's minimal ring (the `ceiling` scenario's
+    /// read-limit table).
     fn send_batch(&mut self, vs: &[u64]) {
-        self.send_slice(vs);
-    }
-}
-
-impl<const LOOP: bool, const KEEP: bool, const EVERY: u64> MinimalTx<LOOP, KEEP, EVERY> {
-    /// Publishes `vs` as one run: room for all of it, one copy into the slots (two where it
-    /// wraps), one store of the published end, as logbus's `publish_slice` does. The `batch`
-    /// scenario's minimal ring (the `ceiling` scenario's read-limit table).
-    fn send_slice(&mut self, vs: &[u64]) {
         let ring = &*self.ring;
         for chunk in vs.chunks(ring.capacity as usize) {
             let end = self.next + chunk.len() as u64;

@@ -379,13 +379,19 @@ trait Sink: Send + 'static {
     /// something with each message does it once a message, as `take` would.
     #[inline(always)]
     fn take_batch<'a>(&mut self, batch: impl ExactSizeIterator<Item = &'a u64>) -> bool {
-        for v in batch {
-            if self.take(*v) {
-                return true;
-            }
-        }
-        false
+        take_each(self, batch)
     }
+}
+
+/// Hands `sink` a batch's messages one by one; true once it expects no more.
+#[inline(always)]
+fn take_each<'a, S: Sink + ?Sized>(sink: &mut S, batch: impl Iterator<Item = &'a u64>) -> bool {
+    for v in batch {
+        if sink.take(*v) {
+            return true;
+        }
+    }
+    false
 }
 
 impl<F: FnMut(u64) -> bool + Send + 'static> Sink for F {
@@ -1171,12 +1177,7 @@ impl Sink for OrderSink {
     #[inline(always)]
     fn take_batch<'a>(&mut self, batch: impl ExactSizeIterator<Item = &'a u64>) -> bool {
         if !self.single {
-            for v in batch {
-                if self.take(*v) {
-                    return true;
-                }
-            }
-            return false;
+            return take_each(self, batch);
         }
         let (from, n) = (self.got, batch.len() as u64);
         let wrong = batch
