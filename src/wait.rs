@@ -272,7 +272,9 @@ impl Watch {
         }
     }
 
-    /// Looks at every reader's published end again.
+    /// Looks at every reader's published end again. A reader's error (a lag, which
+    /// [`Reader::look_again`] leaves where it is, or a close) ends the pause as `Stopped`: the
+    /// read after the pause reports it. The error itself is not kept here.
     fn look<T: Send + Sync + 'static>(&mut self, readers: &mut [Reader<T>], limit: u64) -> Seen {
         let ends = readers.iter_mut().try_fold(0u64, |sum, r| {
             r.look_again(limit).ok().map(|end| sum.wrapping_add(end))
