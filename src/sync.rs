@@ -404,6 +404,34 @@ impl<T> SlotBase<T> {
             (*self.cells.add((offset - self.first) as usize)).with_mut(|p| (*p).write(value));
         }
     }
+
+    /// Copies `values` into the cells of `offset..offset + values.len()`, in one copy.
+    ///
+    /// # Safety
+    /// As for [`SlotBase::write`], for each of those offsets.
+    #[inline(always)]
+    pub(crate) unsafe fn write_copies(&mut self, offset: u64, values: &[T])
+    where
+        T: Copy,
+    {
+        #[cfg(not(loom))]
+        // SAFETY: as in `write`: `origin + offset` is the cell of `offset`, and the run's cells
+        // follow it inside the live array (the caller's contract), ours alone for now; the
+        // source is the caller's slice, outside the array (the array's cells are only ever
+        // borrowed as `&T` once published, and these are not).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                values.as_ptr(),
+                self.origin.wrapping_add(offset as usize),
+                values.len(),
+            )
+        };
+        #[cfg(loom)]
+        for (k, value) in values.iter().enumerate() {
+            // SAFETY: as above, cell by cell.
+            unsafe { self.write(offset + k as u64, *value) };
+        }
+    }
 }
 
 /// A many-producer writer's handle on a segment's stamps (one `AtomicU8` a slot), addressed by

@@ -751,6 +751,16 @@ impl<T: Send + Sync + 'static> Producer<T> {
     where
         T: Copy,
     {
+        if self.fast.plain_single {
+            // SAFETY: `inner.first` holds the `Arc` that keeps the log alive (see `Fast::log`).
+            let log = unsafe { self.fast.log.as_ref() };
+            if let Ok(first) = log.publish_kept_copies(&mut self.fast.kept, values) {
+                return Ok(PublishedBatch {
+                    partition: 0,
+                    offsets: first..first + values.len() as u64,
+                });
+            }
+        }
         self.on_inner(|inner| inner.publish_slice(values))
     }
 }

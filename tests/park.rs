@@ -73,12 +73,9 @@ fn a_parked_reader_sleeps_and_costs_no_cpu() {
     assert!(stats.parks >= 1, "the park is counted");
 }
 
-/// Every kind of log has its own publish path (one or many producers, with or without
-/// timestamps; a single producer without them takes a path of its own), and each must wake a
-/// reader parked on it. The reader's deadline only keeps a missed wake-up from hanging the test.
-#[test]
-fn a_producer_wakes_a_parked_reader_on_every_kind_of_log() {
-    let kinds = [
+/// One producer or many, with or without timestamps: each kind of log publishes its own way.
+fn kinds() -> [(&'static str, TopicConfig<u64>); 4] {
+    [
         ("many producers", TopicConfig::default()),
         (
             "many producers, no timestamps",
@@ -89,8 +86,15 @@ fn a_producer_wakes_a_parked_reader_on_every_kind_of_log() {
             "single producer, no timestamps",
             TopicConfig::default().single_producer().timestamps(false),
         ),
-    ];
-    for (kind, config) in kinds {
+    ]
+}
+
+/// Every kind of log has its own publish path (one or many producers, with or without
+/// timestamps; a single producer without them takes a path of its own), and each must wake a
+/// reader parked on it. The reader's deadline only keeps a missed wake-up from hanging the test.
+#[test]
+fn a_producer_wakes_a_parked_reader_on_every_kind_of_log() {
+    for (kind, config) in kinds() {
         let topic = Topic::<u64>::new("kinds", config).unwrap();
         let mut producer = topic.producer().unwrap();
         let mut reader = topic.reader(0, Start::Earliest).unwrap();
@@ -109,6 +113,42 @@ fn a_producer_wakes_a_parked_reader_on_every_kind_of_log() {
             h.join().unwrap(),
             (Ok(4), Ok(5)),
             "{kind}: the publish woke the reader"
+        );
+        let stats = &topic.stats().partitions[0];
+        assert_eq!(stats.wakeups, 1, "{kind}");
+        assert_eq!(stats.parked_readers, 0, "{kind}");
+    }
+}
+
+/// The same for slices: a single producer without timestamps publishes them from the place it
+/// keeps for its single records too (inside a segment it has entered), the others through their
+/// writers.
+#[test]
+fn a_slice_wakes_a_parked_reader_on_every_kind_of_log() {
+    for (kind, config) in kinds() {
+        let topic = Topic::<u64>::new("kinds", config).unwrap();
+        let mut producer = topic.producer().unwrap();
+        let mut reader = topic.reader(0, Start::Earliest).unwrap();
+        // The first slice enters the segment, so the second is inside it.
+        assert_eq!(producer.publish_slice(&[4]).unwrap().offsets, 0..1);
+        let h = thread::spawn(move || {
+            let first = reader.next().map(|r| *r.value());
+            let mut rest = Vec::new();
+            for _ in 0..2 {
+                rest.push(
+                    reader
+                        .next_timeout(Duration::from_secs(30))
+                        .map(|r| *r.value()),
+                );
+            }
+            (first, rest)
+        });
+        wait_until(|| topic.stats().partitions[0].parked_readers == 1);
+        assert_eq!(producer.publish_slice(&[5, 6]).unwrap().offsets, 1..3);
+        assert_eq!(
+            h.join().unwrap(),
+            (Ok(4), vec![Ok(5), Ok(6)]),
+            "{kind}: the slice woke the reader"
         );
         let stats = &topic.stats().partitions[0];
         assert_eq!(stats.wakeups, 1, "{kind}");
