@@ -1829,10 +1829,15 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// end, waiting for room, a close). The room's bound is the capacity's check too: the room
     /// ends at most `max_records` past a reader at or before `h.next`.
     ///
-    /// Why: that path, through the writer handed back and taken again, ran about 20 ns a call
-    /// on the 2-vCPU EPYC guest where a minimal ring's batch publish runs a few (a loop of
-    /// `publish_slice` of 10 and `try_next_batch`, one thread: 36 ns a round), and a burst's
-    /// round trip waits for all of it (the `burst` scenario).
+    /// Why: that path runs the writer's whole publish (handed the kept offset, admitted, copied
+    /// by segment, published, settled ahead, the kept state taken again), ~40% of a one-thread
+    /// loop of `publish_slice` of 10 and `try_next_batch` on the 2-vCPU EPYC guest, where a
+    /// burst's round trip waits for all of it (the `burst` scenario). That loop measured alike
+    /// with this path (36 ns a round: the copy's wide loads then wait for the caller's
+    /// just-written values, which the long path's instructions had hidden); across cores,
+    /// alternating harness binaries, batch 1→1 ×1.12, ×1.17 and ×1.25 (5, 8 and 5 rounds),
+    /// bursts of 10 ×0.94 and ×0.96 ns (8 and 6 rounds), bursts of 100 and the other batch rows
+    /// inside the noise (stop 73).
     #[inline(always)]
     pub(crate) fn publish_kept_copies(&self, h: &mut Kept<T>, values: &[T]) -> Result<u64, ()>
     where
