@@ -1207,8 +1207,11 @@ impl Sink for OrderSink {
                     1 => self.next1,
                     _ => out_of_order(p, k, None),
                 };
-                if k != next || k >= self.per {
+                if k != next {
                     out_of_order(p, k, Some(next));
+                }
+                if k >= self.per {
+                    more_than_sent(p, k);
                 }
                 // The run: this message and its producer's next ones to the end of its batch,
                 // as far as this read goes.
@@ -1232,6 +1235,12 @@ impl Sink for OrderSink {
         self.got += n;
         self.got >= self.expected && finish(&self.done)
     }
+}
+
+#[cold]
+#[inline(never)]
+fn more_than_sent(p: usize, k: u64) -> ! {
+    panic!("out of order: producer {p} sent message {k}, past the last it sends")
 }
 
 #[cold]
@@ -2621,6 +2630,14 @@ mod tests {
         read.push(tagged(1, 0));
         read.extend(messages(0, 100, BATCH));
         sink.take_batch(read.iter());
+    }
+
+    #[test]
+    #[should_panic(expected = "producer 1 sent message 20, past the last it sends")]
+    fn the_batch_check_of_two_producers_fails_on_a_message_past_the_last() {
+        let mut sink = order_sink(2, 40, Arc::new(Mutex::new(Vec::new())));
+        sink.take_batch(messages(1, 0, 20).iter());
+        sink.take_batch(messages(1, 20, 21).iter());
     }
 
     #[test]
