@@ -71,7 +71,9 @@ pub enum Overflow {
 /// 1, 2, 4 and 8 µs. After two pauses in a row ended so, it skips its next seven pauses. It polls
 /// on through its yielding phase instead of yielding, and yields at least once in 50 µs either
 /// way; one that shares its CPU with another such thread skips the polling phase and starts at
-/// the yielding one. So does a publisher blocked by
+/// the yielding one. Where that other thread is the only one and every other reader of the topic
+/// partitions it reads has taken the short run it just took, it keeps its core after the run
+/// rather than yield, and polls a round before its first yield. So does a publisher blocked by
 /// [`Overflow::Block`], which counts itself on its CPU while it polls and yields: the reader it
 /// waits for, or another publisher waiting for the same room, may be the thread its polls keep
 /// off the core. A reader that has not caught up never yields. While a multi-producer publish is

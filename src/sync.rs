@@ -920,8 +920,20 @@ impl WaitersByCpu {
         current_cpu().is_some_and(|cpu| !self.settle_on(CpuSlot::new(cpu), seen))
     }
 
+    /// Counts the calling thread as [`WaitersByCpu::settle`] does and says how many waiting
+    /// threads its CPU counts, itself included: `None` where the CPU cannot be told.
+    pub(crate) fn settle_counting(&self, seen: &mut Option<CpuSlot>) -> Option<u32> {
+        current_cpu().map(|cpu| self.count_on(CpuSlot::new(cpu), seen))
+    }
+
     /// [`WaitersByCpu::settle`] on a known slot.
     pub(crate) fn settle_on(&self, slot: CpuSlot, seen: &mut Option<CpuSlot>) -> bool {
+        self.count_on(slot, seen) == 1
+    }
+
+    /// Counts the calling thread on `slot` (moving it there from `seen`) and returns how many
+    /// waiting threads `slot` counts, itself included.
+    pub(crate) fn count_on(&self, slot: CpuSlot, seen: &mut Option<CpuSlot>) -> u32 {
         let count = &self.counts[usize::from(slot.0)];
         if *seen != Some(slot) {
             self.leave(seen);
@@ -930,7 +942,7 @@ impl WaitersByCpu {
             *seen = Some(slot);
         }
         // Relaxed: see Orderings.
-        count.load(Ordering::Relaxed) == 1
+        count.load(Ordering::Relaxed)
     }
 
     /// How many waiting threads `slot` counts.
@@ -988,6 +1000,12 @@ impl<C: Counts> CountedWait<C> {
     /// ([`WaitersByCpu::settle`]).
     pub(crate) fn settle(&mut self) -> bool {
         self.counts.counts().settle(&mut self.seen)
+    }
+
+    /// Counts the calling thread on the CPU it runs on now and says how many waiting threads
+    /// are counted there, itself included ([`WaitersByCpu::settle_counting`]).
+    pub(crate) fn settle_counting(&mut self) -> Option<u32> {
+        self.counts.counts().settle_counting(&mut self.seen)
     }
 
     /// Counts the calling thread on the CPU it runs on now and says whether another waiting

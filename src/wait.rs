@@ -19,6 +19,10 @@
 //! 50 µs: there is nobody to take turns with, and a yield,
 //! 0.2–0.75 µs even alone, is a window records land in. A thread that shares its CPU with another
 //! waiting thread skips the first polling phase instead: the core is better spent on the other.
+//! Where that other is the only one, and every other reader of its logs has taken the short run
+//! this thread just took (the other read it while this one was away), the thread keeps the core
+//! after the run instead of yielding, and polls a round before its first yield (`stays`): each
+//! record then costs the core one switch between the two rather than two or more.
 //! (A publisher blocked for room under `Overflow::Block` is counted too, while it polls and
 //! yields, and skips its polls the same way: `Log::wait_for_room`.)
 //! And a reader whose position is reserved but not yet published (a multi-producer publish in
@@ -139,6 +143,9 @@ const ALONE_TURN_NANOS: u64 = 50_000;
 enum Pause {
     /// This many spin hints, keeping the core.
     Spin(u64),
+    /// No pause, and a round of polls before the thread's first yield, instead of a short run's
+    /// yield: the other readers of its logs have taken the run already ([`stays`]).
+    Stay,
     /// Spin hints until this many nanoseconds have passed since `now`, keeping the core, unless
     /// the records stop coming first ([`watch_pause`]).
     Watch { nanos: u64, now: u64 },
@@ -216,6 +223,46 @@ fn pause_after(
             watch: true,
         },
     }
+}
+
+/// Whether a waiting thread whose short run's pause is a yield ([`Pause::Yield`]) stays on its
+/// CPU instead ([`Pause::Stay`]): where its CPU counts two waiting threads, itself included (see
+/// [`WaitersByCpu`](crate::sync::WaitersByCpu)), and every other reader of its logs has taken the
+/// run already ([`taken_by_others`]). Then the other waiting thread there read the run while
+/// this one was away, and the yield would only hand it a core it has nothing to do with: each
+/// switch takes a turn (the harness's handover probe: ~1.4–1.8 µs on the 2-core EPYC guest).
+/// With three or more waiting threads, or a reader of its logs that has not taken the run (one
+/// that did not get the core since it came), it yields as before.
+///
+/// Why: two readers sharing a core, each yielding after every record it took, switched at
+/// every record twice or more (to the one that had not taken it yet, back to the first, which
+/// found nothing and yielded again at once), for records paced 2 µs apart: most records came
+/// during a switch and waited for it. The second reader to take a record now keeps the core, so
+/// the two take turns being the first to see one, and each record costs the core one switch.
+///
+/// Alternating binaries on the 2-core EPYC guest (stop 74; medians of 3 runs a round, the median
+/// of the rounds' ratios, the ring-like single-producer topic): 2 µs-paced 1→2 p50 ×0.96 and
+/// p90 ×0.65 (8 rounds; the p90 ~3.3 → ~1.7–2.2 µs, one turn over the first reader's), 1→1 alike
+/// (×1.00); 50 µs-paced 1→2 p50 ×1.02 and ×1.07, p90 ×0.83 and ×1.04 (two sets of 6); 300
+/// ns-paced 1→2 p50 ×1.03, p90 ×1.07 (6, 0.96–1.41); saturated tput 1→2 / 1→4 ×1.00 / ×1.00 (8)
+/// and batch ×1.03 / ×1.00 (6). A first build stayed wherever the thread came back from a yield
+/// to records, on the count alone: p50 ×0.87 and p90 ×0.75 at 2 µs, but at 50 µs the p90 ×1.45
+/// (6.2–9.2 µs in three rounds of six): records that came during a switch, which the other had
+/// not seen, then waited for the stayer's round of polls.
+fn stays<T: Send + Sync + 'static>(readers: &mut [Reader<T>]) -> bool {
+    readers
+        .first_mut()
+        .is_some_and(|first| first.waits_on.settle_counting() == Some(2))
+        && taken_by_others(readers)
+}
+
+/// Whether every other reader of each of `readers`' logs has taken everything `readers` took, and
+/// each log has another reader (see [`stays`]). Stores the readers' positions first.
+fn taken_by_others<T: Send + Sync + 'static>(readers: &mut [Reader<T>]) -> bool {
+    readers.iter_mut().all(|r| {
+        r.publish_position();
+        r.log().read_by_others(r.position())
+    })
 }
 
 /// How often a reader pausing alone on its CPU looks at the published end ([`watch_pause`]), in
@@ -624,6 +671,7 @@ pub(crate) fn wait_any<T: Send + Sync + 'static>(
     // A sparse stream (runs of up to three) yields once, or spins briefly when this thread
     // yielded less than a microsecond ago; a thread alone on its CPU spins through pauses under
     // a microsecond (`pause_after`).
+    let mut stay = false;
     if wait.yield_after_batch && readers.iter().all(|r| !r.has_ready()) {
         let fed = readers.iter_mut().fold(0, |fed, r| r.take_fed().max(fed));
         if let Some(first) = readers
@@ -632,12 +680,18 @@ pub(crate) fn wait_any<T: Send + Sync + 'static>(
             .and_then(|first| (!first.bursts.skip()).then_some(first))
         {
             let alone = || first.waits_on.settle();
-            match pause_after(fed, first.yielded_at, clock::now_nanos, alone) {
+            let mut pause = pause_after(fed, first.yielded_at, clock::now_nanos, alone);
+            if matches!(pause, Pause::Yield { .. }) && stays(readers) {
+                pause = Pause::Stay;
+            }
+            let first = &mut readers[0];
+            match pause {
                 Pause::Spin(hints) => {
                     for _ in 0..hints {
                         spin_hint();
                     }
                 }
+                Pause::Stay => stay = true,
                 Pause::Watch { nanos, now } => {
                     let end = watch_pause(readers, limit, nanos, now);
                     let first = &mut readers[0];
@@ -648,6 +702,11 @@ pub(crate) fn wait_any<T: Send + Sync + 'static>(
                 }
                 Pause::Yield { now } => {
                     first.yielded_at = now;
+                    // Where the other readers of its logs can see that it took the run: one that
+                    // gets the core now may keep it (`stays`).
+                    for r in readers.iter_mut() {
+                        r.publish_position();
+                    }
                     yield_now();
                 }
                 Pause::YieldFor {
@@ -701,7 +760,7 @@ pub(crate) fn wait_any<T: Send + Sync + 'static>(
         spin_hint();
         check!(readers, from, waker, limit);
     }
-    yield_then_park(readers, from, waker, wait, deadline, limit)
+    yield_then_park(readers, from, waker, wait, deadline, limit, stay)
 }
 
 /// Whether the thread waiting on `readers` shares its CPU with another thread waiting for
@@ -744,6 +803,7 @@ fn yield_then_park<T: Send + Sync + 'static>(
     wait: WaitStrategy,
     deadline: Option<Instant>,
     limit: u64,
+    poll_first: bool,
 ) -> Result<Waited, (usize, ReadError)> {
     // Counted on this CPU from here on, parked or not: a reader that will want the core when
     // its record comes makes the others on this CPU take turns. The set's first reader holds the
@@ -754,7 +814,9 @@ fn yield_then_park<T: Send + Sync + 'static>(
     }
     let yield_start = Instant::now();
     let between = polls_between_yields(&wait);
-    let mut polls = 0u32; // polls left before the next yield
+    // Polls left before the next yield: a thread that stays on its CPU (`Pause::Stay`) polls a
+    // round first.
+    let mut polls = if poll_first { between } else { 0 };
     let mut k = 0u32;
     while !wait.yield_for.is_zero() {
         // One look a turn, whether the turn yielded or polled: each `check!` inlines a `scan`.
@@ -1017,6 +1079,8 @@ mod tests {
             "a second thread there shares it"
         );
         assert!(!counts.settle_on(cpu0, &mut a));
+        assert_eq!(counts.count_on(cpu0, &mut a), 2, "itself and one other");
+        assert_eq!(counts.count_on(cpu0, &mut b), 2);
         // `b` moves to another CPU: both are alone now.
         assert!(counts.settle_on(cpu1, &mut b));
         assert!(counts.settle_on(cpu0, &mut a));
@@ -1129,7 +1193,7 @@ mod tests {
         readers[1].waits_on.settle_on(CpuSlot::new(0));
         let waker = Arc::clone(readers[0].waker());
         let deadline = Some(Instant::now());
-        let waited = yield_then_park(&mut readers, 0, &waker, wait, deadline, u64::MAX);
+        let waited = yield_then_park(&mut readers, 0, &waker, wait, deadline, u64::MAX, false);
         assert!(matches!(waited, Ok(Waited::TimedOut)));
         assert_eq!(readers[1].waits_on.slot(), None, "gave its count up");
         if cfg!(target_os = "linux") {
@@ -1164,7 +1228,7 @@ mod tests {
                 topic.publish(7).unwrap();
                 let waker = Arc::clone(reader.waker());
                 let readers = std::slice::from_mut(&mut reader);
-                let waited = yield_then_park(readers, 0, &waker, wait, None, u64::MAX);
+                let waited = yield_then_park(readers, 0, &waker, wait, None, u64::MAX, false);
                 let kind = format!("single producer {single}, {polls} polls");
                 assert!(matches!(waited, Ok(Waited::Ready(0))), "{kind}");
                 assert_eq!(
@@ -1241,6 +1305,36 @@ mod tests {
                 "single producer {single}"
             );
         }
+    }
+
+    /// A reader that took a short run keeps its core rather than yield where the other readers of
+    /// its log took the run already (`stays`): the protocol stores each reader's position before
+    /// it asks, and before a short run's yield.
+    #[test]
+    fn a_run_is_taken_by_others_once_every_other_reader_of_its_log_stored_it() {
+        use crate::{Start, Topic, TopicConfig};
+        use std::slice::from_mut;
+        let topic = Topic::<u64>::new("taken", TopicConfig::default().single_producer()).unwrap();
+        let mut a = topic.reader(0, Start::Earliest).unwrap();
+        topic.publish_batch(0..3u64).unwrap();
+        assert_eq!(a.try_next_batch(10).unwrap().len(), 3);
+        assert!(
+            !taken_by_others(from_mut(&mut a)),
+            "a log with one reader has nobody to leave the core to"
+        );
+        let mut b = topic.reader(0, Start::Earliest).unwrap();
+        assert!(!taken_by_others(from_mut(&mut a)), "b has taken nothing");
+        assert_eq!(b.try_next_batch(2).unwrap().len(), 2);
+        assert!(taken_by_others(from_mut(&mut b)), "a took all that b took");
+        assert!(!taken_by_others(from_mut(&mut a)), "b is one record short");
+        assert_eq!(b.try_next_batch(2).unwrap().len(), 1);
+        assert!(
+            !taken_by_others(from_mut(&mut a)),
+            "b took the last record but has not stored its position yet"
+        );
+        assert!(taken_by_others(from_mut(&mut b)));
+        assert!(taken_by_others(from_mut(&mut a)), "both took all three");
+        assert_eq!((a.position(), b.position()), (3, 3), "asking moves nobody");
     }
 
     /// A reader yielding through its pause (at the cap, or past its turn) looks a few times too,

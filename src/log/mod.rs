@@ -1216,6 +1216,16 @@ impl<T: Send + Sync + 'static> Log<T> {
         self.is_closed() || self.has_room(self.end(), 1)
     }
 
+    /// Whether the log has more than one reader attached and every one of them is at `end` or
+    /// past it (a reader that stored `end` as its position asks whether all the others took what
+    /// it took: `wait::stays`).
+    pub(crate) fn read_by_others(&self, end: u64) -> bool {
+        self.with_readers(|list| {
+            // Acquire: pairs with the readers' Release stores of their positions.
+            list.len() > 1 && list.iter().all(|c| c.pos.load(Ordering::Acquire) >= end)
+        })
+    }
+
     fn slowest_reader(&self) -> Option<u64> {
         // Acquire: pairs with the readers' Release stores of their positions.
         self.with_readers(|list| list.iter().map(|c| c.pos.load(Ordering::Acquire)).min())
