@@ -422,9 +422,10 @@ impl<T: Send + Sync + 'static> Reader<T> {
     /// It looks at least [`SCAN`] records ahead whatever the caller takes (`limit`): a consumer
     /// polling one record at a time then takes the next 255 with a compare each, as
     /// [`Reader::next`] does, instead of a look-up each (×1.7 for `Consumer::poll(1)` in the
-    /// criterion bench). The position other threads see (`report`) is stored at each look-up
-    /// that finds records, so it trails the reader's by at most what one look-up found, and again
-    /// at the first look that finds nothing after records were taken.
+    /// criterion bench). The position other threads see (`report`) is stored at the start of
+    /// each look-up after records were taken, so it trails the reader's by at most what one
+    /// look-up found. (Until stop 74 the look-up that found records stored it after the look: a
+    /// store and the `Block` check behind it on the way back with a record.)
     fn refresh(&mut self, limit: u64) -> Result<bool, ReadError> {
         self.refresh_as::<true>(limit)
     }
@@ -446,6 +447,12 @@ impl<T: Send + Sync + 'static> Reader<T> {
             self.seg = None;
             self.report(start);
             return Err(ReadError::Lagged(lost));
+        }
+        if self.reported != self.next {
+            // Records taken since the position was last stored: store it now, before the look,
+            // so that a look that finds records hands them over without a store and the
+            // `Block` check behind it.
+            self.report(self.next);
         }
         let shift = self.log.segment_shift();
         let index = self.next >> shift;
@@ -477,18 +484,10 @@ impl<T: Send + Sync + 'static> Reader<T> {
                     self.watching = false;
                 }
                 self.ready = end;
-                self.report(self.next);
                 return Ok(true);
             }
         }
         self.caught_up_at = self.next;
-        if self.reported != self.next {
-            // Caught up, with records taken since the position was last stored (at the look-up
-            // that found them): store it now. Else a reader that only polls (`try_next`,
-            // `Consumer::poll`) and never parks would hold a bounded topic's publishers back,
-            // and show as lagging, for good.
-            self.report(self.next);
-        }
         if !self.watching {
             // Nothing new, again: it waits at the end and will look again soon, so the writer
             // had better keep its copy.

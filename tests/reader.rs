@@ -585,6 +585,34 @@ fn stats_report_positions_and_lag() {
     assert!(t.stats().partitions[0].readers.is_empty());
 }
 
+/// A reader's position, as others see it (statistics; publishers waiting for room), is stored at
+/// its look-ups once it took records: a reader that only polls and never waits still shows where
+/// it is after its next look, whether that look finds records or not.
+#[test]
+fn a_polling_reader_stores_its_position_at_its_next_look() {
+    for config in both_modes() {
+        let t = topic(config);
+        let mut r = t.reader(0, Start::Earliest).unwrap();
+        let stored = || t.stats().partitions[0].readers[0].position;
+        for i in 0..4 {
+            t.publish(i).unwrap();
+        }
+        for i in 0..4 {
+            assert_eq!(r.try_next().unwrap().value(), &i);
+        }
+        assert_eq!(stored(), 0, "the look that found the four came before them");
+        assert_eq!(r.try_next().unwrap_err(), ReadError::Empty);
+        assert_eq!(stored(), 4, "the empty look stored it");
+        t.publish(4).unwrap();
+        assert_eq!(r.try_next().unwrap().value(), &4);
+        assert_eq!(stored(), 4);
+        t.publish(5).unwrap();
+        assert_eq!(r.try_next().unwrap().value(), &5);
+        assert_eq!(stored(), 5, "a look that finds records stores it too");
+        assert_eq!(r.position(), 6);
+    }
+}
+
 #[test]
 fn topics_without_timestamps() {
     let t = topic(TopicConfig::default().timestamps(false));
