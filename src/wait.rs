@@ -228,11 +228,14 @@ fn pause_after(
 /// Whether a waiting thread whose short run's pause is a yield ([`Pause::Yield`]) stays on its
 /// CPU instead ([`Pause::Stay`]): where its CPU counts two waiting threads, itself included (see
 /// [`WaitersByCpu`](crate::sync::WaitersByCpu)), and every other reader of its logs has taken the
-/// run already ([`taken_by_others`]). Then the other waiting thread there read the run while
-/// this one was away, and the yield would only hand it a core it has nothing to do with: each
-/// switch takes a turn (the harness's handover probe: ~1.4–1.8 µs on the 2-core EPYC guest).
-/// With three or more waiting threads, or a reader of its logs that has not taken the run (one
-/// that did not get the core since it came), it yields as before.
+/// run already ([`taken_by_others`]). Where the other waiting thread there is one of those
+/// readers, it read the run while this one was away, and the yield would only hand it a core it
+/// has nothing to do with: each switch takes a turn (the harness's handover probe: ~1.4–1.8 µs
+/// on the 2-core EPYC guest). Where it waits for another log's records, it gets the core a round
+/// of polls later than it would have (~4 µs with the default strategy's 128 polls a round), as
+/// it does after any round in the yielding phase. With three or more waiting threads, or a
+/// reader of its logs that has not taken the run (one that did not get the core since it came),
+/// it yields as before.
 ///
 /// Why: two readers sharing a core, each yielding after every record it took, switched at
 /// every record twice or more (to the one that had not taken it yet, back to the first, which
