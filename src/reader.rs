@@ -239,6 +239,14 @@ impl<T: Send + Sync + 'static> Reader<T> {
         Ok(self.ready)
     }
 
+    /// Whether a look-up ([`Reader::poll_ready`]) may find records now, by a load or two (see
+    /// [`Log::may_be_published`]): for a polling loop that has looked up everything found so
+    /// far, and runs the look-up again only once this says yes (see `wait::wait_any`).
+    #[inline(always)]
+    pub(crate) fn may_be_ready(&self) -> bool {
+        self.log.may_be_published(self.seg.as_deref(), self.next)
+    }
+
     /// Whether records already looked up are waiting to be taken.
     #[inline]
     pub(crate) fn has_ready(&self) -> bool {

@@ -322,6 +322,37 @@ fn a_deadline_ends_the_yielding_phase() {
     }
 }
 
+/// A close reaches a reader that is still polling, however long its polling phase: it
+/// publishes nothing, so the polls' cheap look at the published end cannot see it, and a full
+/// look-up now and then must. Here the polls alone would last about two minutes.
+#[test]
+fn a_close_reaches_a_reader_in_a_long_polling_phase() {
+    let hour = Duration::from_secs(3600);
+    for config in [
+        TopicConfig::<u64>::default().single_producer(),
+        TopicConfig::default(),
+    ] {
+        let wait = WaitStrategy::default().spin_polls(u32::MAX).yield_for(hour);
+        let topic = Topic::<u64>::new("polling", config.wait(wait)).unwrap();
+        let mut reader = topic.reader(0, Start::Earliest).unwrap();
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            let first = reader.next().map(|r| *r.value());
+            tx.send(first).unwrap();
+            tx.send(reader.next().map(|r| *r.value())).unwrap();
+        });
+        topic.publish(7).unwrap();
+        assert_eq!(rx.recv().unwrap(), Ok(7));
+        thread::sleep(Duration::from_millis(20)); // back to polling for the next record
+        topic.close();
+        let got = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the polling reader never saw the close");
+        assert_eq!(got, Err(ReadError::Closed));
+        assert_eq!(topic.stats().partitions[0].parked_readers, 0, "it polled");
+    }
+}
+
 /// `WaitStrategy::busy_spin` never parks: neither a reader waiting on a quiet topic nor a
 /// publisher blocked by `Overflow::Block`. Both stay runnable ('R', running or yielding, never
 /// asleep in the kernel) however long they wait, and what ends their waits needs no wake-up call.

@@ -100,6 +100,11 @@
 //!   (parked or blocked) are SeqCst RMWs followed by `heavy_barrier`; the publisher's load is
 //!   Acquire after `light_barrier`, so if it sees a parked count it also sees the reader's PARKED
 //!   word (stored before the increment).
+//! - A polling reader's hint (`Log::may_be_published`, `Waker::may_be_interrupted`): Relaxed
+//!   loads of the watermark, a stamp and its group's flag, or the interrupt flag. Nothing is read
+//!   through them: a hint that says yes only lets the full look-up run, which loads the same
+//!   words again with the orderings above, and one that says no, read stale, only delays that
+//!   look-up to a later poll (the store is seen in finite time).
 //! - `start`: Release store after unlinking trimmed segments; Acquire load by readers.
 //! - `installed`: Release store after the directory entry; Acquire load before a lookup.
 //! - `final_end`: stored (Release) before `state` gets `FINAL`; readers load `state` with Acquire.
@@ -354,6 +359,14 @@ impl Waker {
         self.futex.word().swap(RUNNING, Ordering::SeqCst);
         self.futex.wake_all();
         self.wake_task();
+    }
+
+    /// Whether an interrupt may be pending: one load, for a polling reader's hint (see
+    /// `wait::wait_any`), which then runs the look that takes it ([`Waker::take_interrupt`]).
+    #[inline(always)]
+    pub(crate) fn may_be_interrupted(&self) -> bool {
+        // Relaxed: a hint (see Orderings); `take_interrupt` loads the flag again.
+        self.interrupted.load(Ordering::Relaxed)
     }
 
     /// Whether an interrupt is pending (and clears it).
@@ -727,6 +740,25 @@ impl<T: Send + Sync + 'static> Log<T> {
     pub(crate) fn is_closed(&self) -> bool {
         // Acquire: a reader that sees CLOSED then reads what was published before it.
         self.state.load(Ordering::Acquire) & CLOSED != 0
+    }
+
+    /// Whether `offset` may be published: the watermark above it (one producer), or, where
+    /// `seg` holds it, its stamp or its group's flag set (many; true where `seg` does not hold
+    /// it). A polling reader's hint, one or two loads, for a loop that runs the look-up
+    /// ([`Log::ready_end`], the retention and close checks around it) only once this says yes
+    /// (see `wait::wait_any`): a close, which publishes nothing, is found by the next look-up
+    /// that runs anyway. One producer's watermark alone says it: below `offset` there is nothing
+    /// to look up, in `seg` or past it.
+    #[inline(always)]
+    pub(crate) fn may_be_published(&self, seg: Option<&Segment<T>>, offset: u64) -> bool {
+        if self.single {
+            // Relaxed: a hint (see Orderings); the look-up loads the watermark again.
+            return self.watermark.load(Ordering::Relaxed) > offset;
+        }
+        seg.is_none_or(|seg| {
+            let i = offset.wrapping_sub(seg.base());
+            i >= seg.len() as u64 || seg.may_be_stamped(i as usize)
+        })
     }
 
     /// `Some(end)` when the log is closed and `end` is final.

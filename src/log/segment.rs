@@ -718,6 +718,15 @@ impl<T> Segment<T> {
         i - from
     }
 
+    /// [`Segment::slot_stamped`] as a hint, for a polling reader ([`Log::may_be_published`]):
+    /// the look-up it lets through loads both again.
+    #[inline(always)]
+    pub(crate) fn may_be_stamped(&self, i: usize) -> bool {
+        // Relaxed: a hint (see `Log`'s Orderings); nothing is read through it.
+        self.stamps[i].load(Ordering::Relaxed) != 0
+            || self.groups[i / GROUP].load(Ordering::Relaxed) != 0
+    }
+
     /// Whether slot `i`'s stamp or its group's flag is set (multi-producer logs).
     #[inline]
     pub(crate) fn slot_stamped(&self, i: usize) -> bool {
