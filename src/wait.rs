@@ -768,7 +768,7 @@ pub(crate) fn wait_any<T: Send + Sync + 'static>(
         // handed over by the look-up, so a lighter poll comes round sooner. Scratch round
         // trips against the Disruptor's BusySpinWithSpinLoopHint in one process (2 µs-paced
         // 1→1, the 2-vCPU EPYC guest, rdtsc stamps, 8 alternating rounds): the p50's gap to it
-        // ~38 → ~23 ns, ~10 of which is the scratch's second stamp. Every `FULL_LOOK_EVERY`th
+        // ~38 → ~20 ns, ~10 of which is the scratch's second stamp. Every `FULL_LOOK_EVERY`th
         // poll looks up regardless, for what the hint cannot see: a close publishes nothing,
         // and a strategy may poll for seconds (`spin_polls` up to `u32::MAX`).
         if k % FULL_LOOK_EVERY == FULL_LOOK_EVERY - 1

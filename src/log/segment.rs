@@ -47,7 +47,9 @@
 //!   that fence, which follows every write of the run. The drop scan runs after the Acquire fence
 //!   above and may use Relaxed, and so may the zeroing of a pooled segment's stamps and flags in
 //!   `Pool::take`: the segment is ours alone there, and installing it publishes the zeros with
-//!   Release.
+//!   Release. A polling reader's hint ([`Segment::may_be_stamped`]) loads a stamp and its
+//!   group's flag Relaxed: nothing is read through it, and the look-up it lets through loads
+//!   both again with Acquire.
 //! - `filled` (single producer): stored with Release by the producer when it leaves the segment,
 //!   before it drops its reference; read after the zero-count Acquire fence.
 //! - `bytes`: a Relaxed counter used by byte retention, read under the log's admin lock.
