@@ -101,10 +101,11 @@
 //!   Acquire after `light_barrier`, so if it sees a parked count it also sees the reader's PARKED
 //!   word (stored before the increment).
 //! - A polling reader's hint (`Log::may_be_published`, `Waker::may_be_interrupted`): Relaxed
-//!   loads of the watermark, a stamp and its group's flag, or the interrupt flag. Nothing is read
-//!   through them: a hint that says yes only lets the full look-up run, which loads the same
-//!   words again with the orderings above, and one that says no, read stale, only delays that
-//!   look-up to a later poll (the store is seen in finite time).
+//!   loads of the watermark or the interrupt flag (a many-producer log's stamp and flag are
+//!   loaded as a scan loads them, Acquire). Nothing is read through them: a hint that says yes
+//!   only lets the full look-up run, which loads the same words again with the orderings above,
+//!   and one that says no, read stale, only delays that look-up to a later poll (the store is
+//!   seen in finite time).
 //! - `start`: Release store after unlinking trimmed segments; Acquire load by readers.
 //! - `installed`: Release store after the directory entry; Acquire load before a lookup.
 //! - `final_end`: stored (Release) before `state` gets `FINAL`; readers load `state` with Acquire.
@@ -757,7 +758,7 @@ impl<T: Send + Sync + 'static> Log<T> {
         }
         seg.is_none_or(|seg| {
             let i = offset.wrapping_sub(seg.base());
-            i >= seg.len() as u64 || seg.may_be_stamped(i as usize)
+            i >= seg.len() as u64 || seg.slot_stamped(i as usize)
         })
     }
 

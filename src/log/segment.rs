@@ -47,9 +47,7 @@
 //!   that fence, which follows every write of the run. The drop scan runs after the Acquire fence
 //!   above and may use Relaxed, and so may the zeroing of a pooled segment's stamps and flags in
 //!   `Pool::take`: the segment is ours alone there, and installing it publishes the zeros with
-//!   Release. A polling reader's hint ([`Segment::may_be_stamped`]) loads a stamp and its
-//!   group's flag Relaxed: nothing is read through it, and the look-up it lets through loads
-//!   both again with Acquire.
+//!   Release.
 //! - `filled` (single producer): stored with Release by the producer when it leaves the segment,
 //!   before it drops its reference; read after the zero-count Acquire fence.
 //! - `bytes`: a Relaxed counter used by byte retention, read under the log's admin lock.
@@ -718,15 +716,6 @@ impl<T> Segment<T> {
             i += 1;
         }
         i - from
-    }
-
-    /// [`Segment::slot_stamped`] as a hint, for a polling reader ([`Log::may_be_published`]):
-    /// the look-up it lets through loads both again.
-    #[inline(always)]
-    pub(crate) fn may_be_stamped(&self, i: usize) -> bool {
-        // Relaxed: a hint (see `Log`'s Orderings); nothing is read through it.
-        self.stamps[i].load(Ordering::Relaxed) != 0
-            || self.groups[i / GROUP].load(Ordering::Relaxed) != 0
     }
 
     /// Whether slot `i`'s stamp or its group's flag is set (multi-producer logs).
