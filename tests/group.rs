@@ -12,7 +12,7 @@ use std::{
 
 use logbus::{
     Assignor, Error, GroupError, RangeAssignor, ReadError, Rebalance, RoundRobinAssignor, Start,
-    Topic, TopicConfig,
+    Topic, TopicConfig, WaitStrategy,
 };
 
 mod common;
@@ -167,6 +167,35 @@ fn a_leaving_member_releases_its_partitions_and_nothing_is_lost() {
         }
     }
     assert_eq!(seen_p1, (first + 1..5).collect::<Vec<_>>());
+}
+
+/// A rebalance reaches a member that is still polling its partitions, however long its
+/// polling phase: the interrupt publishes nothing, so the polls' look at the published ends
+/// cannot see it, and a full look-up now and then must. Here the polls alone would last about
+/// two minutes.
+#[test]
+fn a_join_reaches_a_member_in_a_long_polling_phase() {
+    let wait = WaitStrategy::default()
+        .spin_polls(u32::MAX)
+        .yield_for(Duration::from_secs(3600));
+    let t = Topic::<u64>::new("t", TopicConfig::default().partitions(2).wait(wait)).unwrap();
+    let group = t.group("g").unwrap();
+    let mut a = group.join("a").unwrap();
+    assert!(matches!(a.poll(1), Err(GroupError::Rebalanced(r)) if r.assigned == [0, 1]));
+    let (tx, rx) = std::sync::mpsc::channel();
+    thread::spawn(move || {
+        tx.send(a.poll_timeout(1, Duration::from_secs(600)).map(|b| b.len()))
+            .unwrap();
+    });
+    thread::sleep(Duration::from_millis(20)); // polling its two empty partitions
+    let _b = group.join("b").unwrap();
+    let got = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the polling member never heard of the rebalance");
+    assert!(
+        matches!(got, Err(GroupError::Rebalanced(ref r)) if r.revoked == [1]),
+        "{got:?}"
+    );
 }
 
 #[test]

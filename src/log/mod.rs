@@ -100,12 +100,11 @@
 //!   (parked or blocked) are SeqCst RMWs followed by `heavy_barrier`; the publisher's load is
 //!   Acquire after `light_barrier`, so if it sees a parked count it also sees the reader's PARKED
 //!   word (stored before the increment).
-//! - A polling reader's hint (`Log::may_be_published`, `Waker::may_be_interrupted`): Relaxed
-//!   loads of the watermark or the interrupt flag (a many-producer log's stamp and flag are
-//!   loaded as a scan loads them, Acquire). Nothing is read through them: a hint that says yes
-//!   only lets the full look-up run, which loads the same words again with the orderings above,
-//!   and one that says no, read stale, only delays that look-up to a later poll (the store is
-//!   seen in finite time).
+//! - A polling reader's hint (`Log::may_be_published`): a Relaxed load of the watermark (a
+//!   many-producer log's stamp and flag are loaded as a scan loads them, Acquire). Nothing is
+//!   read through it: a hint that says yes only lets the full look-up run, which loads the
+//!   watermark again with Acquire, and one that says no, read stale, only delays that look-up to
+//!   a later poll (the store is seen in finite time).
 //! - `start`: Release store after unlinking trimmed segments; Acquire load by readers.
 //! - `installed`: Release store after the directory entry; Acquire load before a lookup.
 //! - `final_end`: stored (Release) before `state` gets `FINAL`; readers load `state` with Acquire.
@@ -360,14 +359,6 @@ impl Waker {
         self.futex.word().swap(RUNNING, Ordering::SeqCst);
         self.futex.wake_all();
         self.wake_task();
-    }
-
-    /// Whether an interrupt may be pending: one load, for a polling reader's hint (see
-    /// `wait::wait_any`), which then runs the look that takes it ([`Waker::take_interrupt`]).
-    #[inline(always)]
-    pub(crate) fn may_be_interrupted(&self) -> bool {
-        // Relaxed: a hint (see Orderings); `take_interrupt` loads the flag again.
-        self.interrupted.load(Ordering::Relaxed)
     }
 
     /// Whether an interrupt is pending (and clears it).
