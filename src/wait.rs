@@ -773,15 +773,22 @@ pub(crate) fn wait_any<T: Send + Sync + 'static>(
         // publish nothing, and a strategy may poll for seconds (`spin_polls` up to
         // `u32::MAX`). Both are rare, so ~2 µs late is nothing; a lone reader's waker is
         // interrupted by nobody.
-        if k % FULL_LOOK_EVERY == FULL_LOOK_EVERY - 1 || readers.iter().any(Reader::may_be_ready) {
+        let periodic = k % FULL_LOOK_EVERY == FULL_LOOK_EVERY - 1;
+        if periodic || readers.iter().any(Reader::may_be_ready) {
             check!(readers, from, waker, limit);
+        }
+        // A deadline too, at the same pace: polls that last longer than it (a large
+        // `spin_polls`) would otherwise overrun it until they end.
+        if periodic && deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(Waited::TimedOut);
         }
     }
     yield_then_park(readers, from, waker, wait, deadline, limit, stay)
 }
 
 /// How often the polling phase of [`wait_any`] looks up whatever its hint says: every this many
-/// polls (~2 µs of spin hints on the EPYC guest), so a close or an interrupt is found that soon.
+/// polls (~2 µs of spin hints on the EPYC guest), so a close or an interrupt is found that soon,
+/// and a deadline that passed is seen as soon.
 const FULL_LOOK_EVERY: u32 = 64;
 
 /// Whether the thread waiting on `readers` shares its CPU with another thread waiting for
@@ -844,7 +851,9 @@ fn yield_then_park<T: Send + Sync + 'static>(
         let timed = if polls > 0 {
             polls -= 1;
             spin_hint();
-            false
+            // The clock now and then between yields too, so that a round of polls longer than
+            // the deadline (a large `spin_polls`) ends at it.
+            polls % FULL_LOOK_EVERY == 0
         } else {
             polls = between;
             // A round of polls ends in a yield, unless the thread is alone on its CPU within its

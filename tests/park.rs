@@ -322,6 +322,33 @@ fn a_deadline_ends_the_yielding_phase() {
     }
 }
 
+/// A deadline ends a reader's polling phase, however long its polls would last (here about
+/// two minutes): a timed read is not held past its deadline by its own polls.
+#[test]
+fn a_deadline_ends_a_long_polling_phase() {
+    for config in [
+        TopicConfig::<u64>::default().single_producer(),
+        TopicConfig::default(),
+    ] {
+        let wait = WaitStrategy::default()
+            .spin_polls(u32::MAX)
+            .yield_for(Duration::from_secs(3600));
+        let topic = Topic::<u64>::new("deadline", config.wait(wait)).unwrap();
+        let mut reader = topic.reader(0, Start::Earliest).unwrap();
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            let got = reader
+                .next_timeout(Duration::from_millis(10))
+                .map(|r| *r.value());
+            tx.send(got).unwrap();
+        });
+        let got = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the deadline did not end the polls");
+        assert_eq!(got, Err(ReadError::Timeout));
+    }
+}
+
 /// A close reaches a reader that is still polling, however long its polling phase: it
 /// publishes nothing, so the polls' cheap look at the published end cannot see it, and a full
 /// look-up now and then must. Here the polls alone would last about two minutes.
