@@ -301,9 +301,20 @@ fn a_yielding_reader_takes_a_record_without_a_wake_up() {
     }
 }
 
+/// A deadline ends the yielding phase, and the polling phase however long its polls would last
+/// (`spin_polls(u32::MAX)`: about two minutes of them).
 #[test]
 fn a_deadline_ends_the_yielding_phase() {
-    for (kind, wait) in yielding_for_an_hour() {
+    let polling_for_minutes = (
+        "polling for minutes",
+        WaitStrategy::default()
+            .spin_polls(u32::MAX)
+            .yield_for(Duration::from_secs(3600)),
+    );
+    for (kind, wait) in yielding_for_an_hour()
+        .into_iter()
+        .chain([polling_for_minutes])
+    {
         let topic = Topic::<u64>::new("deadline", TopicConfig::default().wait(wait)).unwrap();
         let mut reader = topic.reader(0, Start::Earliest).unwrap();
         let (tx, rx) = mpsc::channel();
@@ -319,33 +330,6 @@ fn a_deadline_ends_the_yielding_phase() {
             .unwrap_or_else(|_| panic!("{kind}: the deadline did not end the yielding"));
         assert_eq!(got, Err(ReadError::Timeout), "{kind}");
         assert_eq!(topic.stats().partitions[0].parked_readers, 0, "{kind}");
-    }
-}
-
-/// A deadline ends a reader's polling phase, however long its polls would last (here about
-/// two minutes): a timed read is not held past its deadline by its own polls.
-#[test]
-fn a_deadline_ends_a_long_polling_phase() {
-    for config in [
-        TopicConfig::<u64>::default().single_producer(),
-        TopicConfig::default(),
-    ] {
-        let wait = WaitStrategy::default()
-            .spin_polls(u32::MAX)
-            .yield_for(Duration::from_secs(3600));
-        let topic = Topic::<u64>::new("deadline", config.wait(wait)).unwrap();
-        let mut reader = topic.reader(0, Start::Earliest).unwrap();
-        let (tx, rx) = mpsc::channel();
-        thread::spawn(move || {
-            let got = reader
-                .next_timeout(Duration::from_millis(10))
-                .map(|r| *r.value());
-            tx.send(got).unwrap();
-        });
-        let got = rx
-            .recv_timeout(Duration::from_secs(30))
-            .expect("the deadline did not end the polls");
-        assert_eq!(got, Err(ReadError::Timeout));
     }
 }
 
