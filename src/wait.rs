@@ -650,6 +650,54 @@ fn look<T: Send + Sync + 'static>(
     Ok(None)
 }
 
+/// The polling phase's look (see [`wait_any`]): the look-up of each reader whose hint says it
+/// may find records ([`Reader::may_be_ready`]), in [`scan`]'s order from `from`, each straight
+/// through [`Reader::poll_ready`]; none where no hint says yes. The waker's interrupt is taken
+/// first, as [`look`] takes it, once a hint says yes. A close goes to the full look, which
+/// counts it against the set.
+///
+/// A poll is then the prefetch, a load and a compare per reader, and the spin hint, where the
+/// look-up was two calls (the interrupt's, the scan's) and the retention and close checks around
+/// the load (stop 75): a paced reader's record is found in the poll after its publish lands, so
+/// a lighter poll comes round sooner. Scratch round trips against the Disruptor's
+/// BusySpinWithSpinLoopHint in one process (2 µs-paced 1→1, rdtsc stamps, 8 alternating rounds):
+/// the p50's gap to it ~38 → ~20 ns, ~10 of which is the scratch's second stamp.
+///
+/// Why not then [`look`] once a hint says yes, as stop 75 had it: the interrupt's load, `scan`
+/// out of line walking every reader, its answer passed back through memory, and the look-up
+/// loading the published end again. A reader whose records come in bursts, right after it took
+/// the last one, lands each in the first few polls, and the way from the load that sees it to
+/// the caller is what it waits for. Scratch round trips on the 2-vCPU EPYC
+/// guest (bursts of one, the Disruptor's own benchmark, against its BusySpinWithSpinLoopHint in
+/// the same process; medians of the rounds' ratios to it, in the host's fast state): `next_batch`
+/// 1.20× → 1.09× (10 and 6 rounds) with this and the spin hint after the look, where a loop of
+/// `try_next_batch` and a spin hint measured 1.05–1.07×.
+#[inline(always)]
+fn look_hinted<T: Send + Sync + 'static>(
+    readers: &mut [Reader<T>],
+    from: usize,
+    waker: &Waker,
+    limit: u64,
+) -> Result<Option<Waited>, (usize, ReadError)> {
+    let n = readers.len();
+    let mut i = if from < n { from } else { from % n.max(1) };
+    for _ in 0..n {
+        if readers[i].may_be_ready() {
+            if waker.take_interrupt() {
+                return Ok(Some(Waited::Interrupted));
+            }
+            match readers[i].poll_ready(limit) {
+                Ok(true) => return Ok(Some(Waited::Ready(i))),
+                Ok(false) => {}
+                Err(ReadError::Closed) => return look(readers, from, waker, limit),
+                Err(e) => return Err((i, e)),
+            }
+        }
+        i = after(i, n);
+    }
+    Ok(None)
+}
+
 /// Waits until one of `readers` (all sleeping on `waker`) has records ready, the deadline passes,
 /// or the waker is interrupted. Lag and close are reported with the reader's index; a set is
 /// closed when every reader in it is.
@@ -760,28 +808,25 @@ pub(crate) fn wait_any<T: Send + Sync + 'static>(
         for r in readers.iter() {
             r.prefetch_next();
         }
-        spin_hint();
-        // The look-up only once a load says it may find something (`Reader::may_be_ready`):
-        // a poll is then the hint, a load and a compare, where the look-up was two calls (the
-        // interrupt's, the scan's) and the retention and close checks around the load. The
-        // record a paced reader waits for is found in the poll after its publish lands, and
-        // handed over by the look-up, so a lighter poll comes round sooner. Scratch round
-        // trips against the Disruptor's BusySpinWithSpinLoopHint in one process (2 µs-paced
-        // 1→1, the 2-vCPU EPYC guest, rdtsc stamps, 8 alternating rounds): the p50's gap to it
-        // ~38 → ~20 ns, ~10 of which is the scratch's second stamp. Every `FULL_LOOK_EVERY`th
-        // poll looks up regardless, for what the hint cannot see: a close and an interrupt
-        // publish nothing, and a strategy may poll for seconds (`spin_polls` up to
-        // `u32::MAX`). Both are rare, so ~2 µs late is nothing; a lone reader's waker is
-        // interrupted by nobody.
+        // Every `FULL_LOOK_EVERY`th poll looks up regardless of the hints (`look_hinted`), for
+        // what they cannot see: a close and an interrupt publish nothing, and a strategy may
+        // poll for seconds (`spin_polls` up to `u32::MAX`). Both are rare, so ~2 µs late is
+        // nothing; a lone reader's waker is interrupted by nobody.
         let periodic = k % FULL_LOOK_EVERY == FULL_LOOK_EVERY - 1;
-        if periodic || readers.iter().any(Reader::may_be_ready) {
+        if periodic {
             check!(readers, from, waker, limit);
+            // A deadline too, at the same pace: polls that last longer than it (a large
+            // `spin_polls`) would otherwise overrun it until they end.
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(Waited::TimedOut);
+            }
+        } else if let Some(w) = look_hinted(readers, from, waker, limit)? {
+            return Ok(w);
         }
-        // A deadline too, at the same pace: polls that last longer than it (a large
-        // `spin_polls`) would otherwise overrun it until they end.
-        if periodic && deadline.is_some_and(|d| Instant::now() >= d) {
-            return Ok(Waited::TimedOut);
-        }
+        // The hint after the look, not before it: the first poll looks at once, right behind the
+        // look before the loop, and a record that lands during a hint is looked for as soon as
+        // it ends, either way.
+        spin_hint();
     }
     yield_then_park(readers, from, waker, wait, deadline, limit, stay)
 }
@@ -1404,6 +1449,112 @@ mod tests {
             producer.publish(17).unwrap();
             assert!(reader.may_be_ready());
         }
+    }
+
+    /// The polling phase's look (`look_hinted`) finds what the full look finds, where a hint says
+    /// yes: the first ready reader from `from` on, an interrupt before records, a lag exactly
+    /// once, and a set's close only once every reader in it is closed.
+    #[test]
+    fn the_polling_look_finds_what_the_full_look_finds() {
+        use crate::{Overflow, Start, Topic, TopicConfig};
+        let ready = |w: Result<Option<Waited>, (usize, ReadError)>| match w {
+            Ok(Some(Waited::Ready(i))) => Some(i),
+            Ok(None) => None,
+            Ok(Some(Waited::Interrupted)) => panic!("interrupted"),
+            Ok(Some(Waited::TimedOut)) => panic!("timed out"),
+            Err((i, e)) => panic!("reader {i}: {e:?}"),
+        };
+        let config = TopicConfig::<u64>::default()
+            .single_producer()
+            .partitions(2);
+        let topic = Topic::new("polling-look", config).unwrap();
+        let mut set = [
+            topic.reader(0, Start::Earliest).unwrap(),
+            topic.reader(1, Start::Earliest).unwrap(),
+        ];
+        let waker = Arc::clone(set[0].waker());
+        assert_eq!(ready(look_hinted(&mut set, 0, &waker, 64)), None);
+        topic.publish_to(1, 10).unwrap();
+        assert_eq!(ready(look_hinted(&mut set, 0, &waker, 64)), Some(1));
+        topic.publish_to(0, 20).unwrap();
+        assert_eq!(
+            ready(look_hinted(&mut set, 1, &waker, 64)),
+            Some(1),
+            "from 1 on"
+        );
+        assert_eq!(
+            ready(look_hinted(&mut set, 0, &waker, 64)),
+            Some(0),
+            "from 0 on"
+        );
+        assert_eq!(
+            ready(look_hinted(&mut set, 7, &waker, 64)),
+            Some(1),
+            "7 of 2 is 1"
+        );
+        // An interrupt is taken before records, once.
+        waker.interrupt();
+        assert!(matches!(
+            look_hinted(&mut set, 0, &waker, 64),
+            Ok(Some(Waited::Interrupted))
+        ));
+        assert_eq!(ready(look_hinted(&mut set, 0, &waker, 64)), Some(0));
+        // Taking the records turns the hints back to no, and an interrupt then waits for the
+        // full look.
+        for r in set.iter_mut() {
+            assert_eq!(r.try_next_batch(10).unwrap().len(), 1);
+        }
+        waker.interrupt();
+        assert_eq!(ready(look_hinted(&mut set, 0, &waker, 64)), None);
+        assert!(matches!(
+            look(&mut set, 0, &waker, 64),
+            Ok(Some(Waited::Interrupted))
+        ));
+
+        // A lag is reported once, with its size; the next look finds the oldest retained record.
+        let config = TopicConfig::<u64>::default()
+            .single_producer()
+            .segment_size(4)
+            .max_records(4)
+            .overflow(Overflow::DropOldest);
+        let lossy = Topic::new("polling-look-lag", config).unwrap();
+        let mut behind = [lossy.reader(0, Start::Earliest).unwrap()];
+        lossy.publish_batch(0..40u64).unwrap();
+        let waker = Arc::clone(behind[0].waker());
+        let start = match look_hinted(&mut behind, 0, &waker, 64) {
+            Err((0, ReadError::Lagged(lost))) => lost,
+            other => panic!("expected a lag, got {:?}", other.map(|w| w.is_some())),
+        };
+        assert!(start > 0 && start < 40);
+        assert_eq!(ready(look_hinted(&mut behind, 0, &waker, 64)), Some(0));
+        assert_eq!(behind[0].try_next_batch(100).unwrap().first_offset(), start);
+
+        // Many producers' hints say yes while a reader holds no segment yet, so a closed reader
+        // reaches the look-up, and the full look: a close is the set's only once every reader in
+        // it is closed.
+        let many =
+            Topic::<u64>::new("polling-look-close", TopicConfig::default().partitions(2)).unwrap();
+        let mut set = [
+            many.reader(0, Start::Earliest).unwrap(),
+            many.reader(1, Start::Earliest).unwrap(),
+        ];
+        many.publish_to(0, 5).unwrap();
+        let mut later = [
+            many.reader(0, Start::Latest).unwrap(),
+            many.reader(1, Start::Latest).unwrap(),
+        ];
+        many.close();
+        let waker = Arc::clone(set[0].waker());
+        assert_eq!(
+            ready(look_hinted(&mut set, 1, &waker, 64)),
+            Some(0),
+            "reader 1's close is not the set's while reader 0 has a record"
+        );
+        let waker = Arc::clone(later[0].waker());
+        assert!(matches!(
+            look_hinted(&mut later, 1, &waker, 64),
+            Err((1, ReadError::Closed))
+        ));
     }
 
     /// A reader yielding through its pause (at the cap, or past its turn) looks a few times too,
