@@ -667,11 +667,13 @@ fn look<T: Send + Sync + 'static>(
 /// out of line walking every reader, its answer passed back through memory, and the look-up
 /// loading the published end again. A reader whose records come in bursts, right after it took
 /// the last one, lands each in the first few polls, and the way from the load that sees it to
-/// the caller is what it waits for. Scratch round trips on the 2-vCPU EPYC
-/// guest (bursts of one, the Disruptor's own benchmark, against its BusySpinWithSpinLoopHint in
-/// the same process; medians of the rounds' ratios to it, in the host's fast state): `next_batch`
-/// 1.20× → 1.09× (10 and 6 rounds) with this and the spin hint after the look, where a loop of
-/// `try_next_batch` and a spin hint measured 1.05–1.07×.
+/// the caller is what it waits for. Scratch round trips on the 2-vCPU EPYC guest (bursts of one,
+/// the Disruptor's own benchmark, against its BusySpinWithSpinLoopHint in the same process;
+/// medians of the rounds' ratios to it, in the host's fast state): `next_batch` 1.20× → 1.09×
+/// (10 and 6 rounds) with this and the spin hint after the look, where a loop of `try_next_batch`
+/// and a spin hint measured 1.05–1.07×. The harness, logbus and that spinner in the same
+/// processes (8 alternating rounds): bursts of 10 1.245× → 1.067×, bursts of 1 1.196× → 1.160×,
+/// the 2 µs-paced 1→1 p50 1.032× → 0.977× the better of the Disruptor's two spinners.
 #[inline(always)]
 fn look_hinted<T: Send + Sync + 'static>(
     readers: &mut [Reader<T>],
