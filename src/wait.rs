@@ -672,8 +672,10 @@ fn look<T: Send + Sync + 'static>(
 /// medians of the rounds' ratios to it, in the host's fast state): `next_batch` 1.20× → 1.09×
 /// (10 and 6 rounds) with this and the spin hint after the look, where a loop of `try_next_batch`
 /// and a spin hint measured 1.05–1.07×. The harness, logbus and that spinner in the same
-/// processes (8 alternating rounds): bursts of 10 1.245× → 1.067×, bursts of 1 1.196× → 1.160×,
-/// the 2 µs-paced 1→1 p50 1.032× → 0.977× the better of the Disruptor's two spinners.
+/// processes (20 alternating rounds in two sets), which mixes the host's states: bursts of 1
+/// 1.196× → 1.166×, bursts of 10 1.073× → 1.046× (the first set's 1.245× → 1.067× did not
+/// repeat); the 2 µs-paced 1→1 p50 against the better of the Disruptor's two spinners alike
+/// (1.027× → 1.008×, 20 rounds).
 #[inline(always)]
 fn look_hinted<T: Send + Sync + 'static>(
     readers: &mut [Reader<T>],
