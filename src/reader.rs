@@ -241,7 +241,7 @@ impl<T: Send + Sync + 'static> Reader<T> {
 
     /// Whether a look-up ([`Reader::poll_ready`]) may find records now, by a load or two (see
     /// [`Log::may_be_published`]): for a polling loop that has looked up everything found so
-    /// far, and runs the look-up again only once this says yes (see `wait::wait_any`).
+    /// far, and runs the look-up again only once this says yes (see `wait::look_hinted`).
     #[inline(always)]
     pub(crate) fn may_be_ready(&self) -> bool {
         self.log.may_be_published(self.seg.as_deref(), self.next)

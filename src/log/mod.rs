@@ -102,9 +102,9 @@
 //!   word (stored before the increment).
 //! - A polling reader's hint (`Log::may_be_published`): a Relaxed load of the watermark (a
 //!   many-producer log's stamp and flag are loaded as a scan loads them, Acquire). Nothing is
-//!   read through it: a hint that says yes only lets the full look-up run, which loads the
-//!   watermark again with Acquire, and one that says no, read stale, only delays that look-up to
-//!   a later poll (the store is seen in finite time).
+//!   read through it: a hint that says yes only lets that reader's look-up run
+//!   (`Reader::poll_ready`), which loads the watermark again with Acquire, and one that says no,
+//!   read stale, only delays that look-up to a later poll (the store is seen in finite time).
 //! - `start`: Release store after unlinking trimmed segments; Acquire load by readers.
 //! - `installed`: Release store after the directory entry; Acquire load before a lookup.
 //! - `final_end`: stored (Release) before `state` gets `FINAL`; readers load `state` with Acquire.
@@ -736,11 +736,11 @@ impl<T: Send + Sync + 'static> Log<T> {
 
     /// Whether `offset` may be published: the watermark above it (one producer), or, where
     /// `seg` holds it, its stamp or its group's flag set (many; true where `seg` does not hold
-    /// it). A polling reader's hint, one or two loads, for a loop that runs the look-up
+    /// it). A polling reader's hint, one or two loads, for a loop that runs the reader's look-up
     /// ([`Log::ready_end`], the retention and close checks around it) only once this says yes
-    /// (see `wait::wait_any`): a close, which publishes nothing, is found by the next look-up
-    /// that runs anyway. One producer's watermark alone says it: below `offset` there is nothing
-    /// to look up, in `seg` or past it.
+    /// (see `wait::look_hinted`): a close, which publishes nothing, is found by the full look
+    /// that the loop runs every so often anyway. One producer's watermark alone says it: below
+    /// `offset` there is nothing to look up, in `seg` or past it.
     #[inline(always)]
     pub(crate) fn may_be_published(&self, seg: Option<&Segment<T>>, offset: u64) -> bool {
         if self.single {
