@@ -524,7 +524,8 @@ impl<T: Send + Sync + 'static> Reader<T> {
     /// a read of a record found before is a compare and the record's address in the caller.
     #[inline(never)]
     fn wait_more(&mut self, deadline: Option<Instant>, limit: u64) -> Result<(), ReadError> {
-        // Right behind the producer: `wait_any` yields once before it looks (see there).
+        // Right behind the producer: `wait_any` pauses before it looks, unless the pause hands
+        // the core to another waiting thread after a short run (see there).
         let behind = self.fed > 0 && self.log.wait.yield_after_batch;
         if !behind && self.refresh(limit)? {
             return Ok(());

@@ -13,11 +13,13 @@
 //! its pause and ends it once a burst is whole (`watch_pause`, `yield_watching`). A short run's
 //! pause is one yield, or a few spin hints while the thread yielded less than a microsecond ago
 //! (`pause_after`), so that records paced a few hundred nanoseconds apart do not land inside a
-//! yield each. A thread that is the only one waiting for records on its CPU (the process counts
-//! them by CPU: `WaitersByCpu` in `sync`) spins through every pause short of the cap instead,
-//! watching it, polls on where its yielding phase would yield (`round_end`), and yields once in
-//! 50 µs: there is nobody to take turns with, and a yield,
-//! 0.2–0.75 µs even alone, is a window records land in. A thread that shares its CPU with another
+//! yield each; where that yield hands the core to another waiting thread, a short run's reader
+//! looks once more first (`looks_before`), taking what came while it handed its run over before
+//! the switch rather than a turn later. A thread that is the only one waiting for records on its
+//! CPU (the process counts them by CPU: `WaitersByCpu` in `sync`) spins through every pause short
+//! of the cap instead, watching it, polls on where its yielding phase would yield (`round_end`),
+//! and yields once in 50 µs: there is nobody to take turns with, and a yield, 0.2–0.75 µs even
+//! alone, is a window records land in. A thread that shares its CPU with another
 //! waiting thread skips the first polling phase instead: the core is better spent on the other.
 //! Where that other is the only one, and every other reader of its logs has taken the short run
 //! this thread just took (the other read it while this one was away), the thread keeps the core
@@ -257,6 +259,44 @@ fn stays<T: Send + Sync + 'static>(readers: &mut [Reader<T>]) -> bool {
         .first_mut()
         .is_some_and(|first| first.waits_on.settle_counting() == Some(2))
         && taken_by_others(readers)
+}
+
+/// Runs shorter than this look once more before a pause that hands the core over ([`looks_before`]):
+/// their pause is under ~2 µs ([`batch_pause`]), about one switch between two threads on a core.
+const LOOK_BEFORE_HANDING_OVER: u64 = 64;
+
+/// Whether a reader that caught up after a run of `fed` records looks once more before `pause`:
+/// where the run was short ([`LOOK_BEFORE_HANDING_OVER`]) and the pause yields to other threads
+/// waiting on its CPU ([`Pause::Yield`], or [`Pause::YieldFor`] unwatched, which a thread alone
+/// on its CPU never gets short of the cap; alone, it gets `Yield` only at its once-a-long-turn
+/// yield, where one more look is nothing).
+///
+/// Handing its run to its caller takes the reader time, and records published meanwhile are
+/// there to take: a yield hands the core to another reader for a turn (a switch, ~1.4–1.8 µs on
+/// the 2-core EPYC guest), and those records waited for that turn and the next switch back. A
+/// paced stream's readers sharing a core then took turns of one run each; now each takes what
+/// came during its run before it yields, and the other's turn starts that look and a record or
+/// two later. A long run (a saturated stream's) still yields first, so that readers sharing a
+/// core take turns and the records pile up, and a reader alone on its CPU pauses as before: a
+/// first form that looked before every short run's pause, alone or not, took the producer's
+/// freshly written lines a few records at a time there, and ran bursts of 1 / 10 / 100 (the
+/// Disruptor's benchmark) ×1.05 / ×1.08 / ×1.08 slower (8 rounds).
+///
+/// Alternating runs of one build, with the look and without (the harness's ring-like
+/// single-producer topic on the 2-core EPYC guest, medians of 3 runs a round, the median of the
+/// rounds' ratios; lower is better for latency): 300 ns-paced 1→2 p50 ×0.78 and p90 ×0.91 (8
+/// rounds), 50 µs-paced 1→2 p90 ×0.76 and p50 ×1.00 (4), 2 µs-paced 1→2 p50 ×1.01 (6); saturated
+/// tput 1→2 / 1→4 ×1.00 / ×1.00 and batch ×0.96 / ×0.99 (6 and 4 rounds, higher is better, within
+/// the noise); readers alone on their CPU, which this does not change, alike. The harness's
+/// reader stamps each record with `Instant::now()` (~30 ns here), so a run of 15 takes ~0.5 µs
+/// to hand over. A scratch loop of two readers on one core, stamping so, showed the turns: one
+/// run each before, a run and then the one or two records that came during it now.
+fn looks_before(fed: u64, pause: &Pause) -> bool {
+    fed < LOOK_BEFORE_HANDING_OVER
+        && matches!(
+            pause,
+            Pause::Yield { .. } | Pause::YieldFor { watch: false, .. }
+        )
 }
 
 /// Whether every other reader of each of `readers`' logs has taken everything `readers` took, and
@@ -739,6 +779,9 @@ pub(crate) fn wait_any<T: Send + Sync + 'static>(
             if matches!(pause, Pause::Yield { .. }) && stays(readers) {
                 pause = Pause::Stay;
             }
+            if looks_before(fed, &pause) {
+                check!(readers, from, waker, limit);
+            }
             let first = &mut readers[0];
             match pause {
                 Pause::Spin(hints) => {
@@ -1054,6 +1097,38 @@ mod tests {
                 }
             );
         }
+    }
+
+    #[test]
+    fn a_short_run_looks_once_more_before_a_pause_that_hands_over_the_core() {
+        let t = 5_000_000; // any clock reading, long after the thread's last yield at 0
+        let since_long_ago = |fed, alone: bool| pause_after(fed, 0, || t, || alone);
+        // Sharing its CPU: a short run's pause yields to the other waiting threads (one yield,
+        // or yields for the run's pause), so the reader looks first.
+        for fed in [1, 3, 4, 20, LOOK_BEFORE_HANDING_OVER - 1] {
+            let pause = since_long_ago(fed, false);
+            assert!(
+                matches!(pause, Pause::Yield { .. } | Pause::YieldFor { .. }),
+                "{fed}: {pause:?}"
+            );
+            assert!(looks_before(fed, &pause), "{fed}: {pause:?}");
+        }
+        // A long run, or a saturated stream's, yields first: the readers sharing the core take
+        // turns and the records pile up meanwhile.
+        for fed in [LOOK_BEFORE_HANDING_OVER, 600, 1 << 20] {
+            let pause = since_long_ago(fed, false);
+            assert!(matches!(pause, Pause::YieldFor { .. }), "{fed}: {pause:?}");
+            assert!(!looks_before(fed, &pause), "{fed}: {pause:?}");
+        }
+        // A pause that keeps the core looks when it ends, as before: spin hints within a turn,
+        // a watched pause alone on the CPU, a thread that stays.
+        let within_a_turn = pause_after(2, t, || t + 300, || false);
+        assert_eq!(within_a_turn, Pause::Spin(2));
+        assert!(!looks_before(2, &within_a_turn));
+        let alone = pause_after(20, t, || t + 300, || true);
+        assert!(matches!(alone, Pause::Watch { .. }), "{alone:?}");
+        assert!(!looks_before(20, &alone));
+        assert!(!looks_before(1, &Pause::Stay));
     }
 
     #[test]
