@@ -99,6 +99,10 @@ pub struct Reader<T: Send + Sync + 'static> {
     /// yielding phase (see `wait::pause_after` and `wait::round_end`); a set of readers waited on
     /// together keeps it in its first.
     pub(crate) yielded_at: u64,
+    /// Whether the waiting thread's last pause looked before handing its core over and found
+    /// records (see `wait::looks_before`): its next hands the core over first. A set of readers
+    /// waited on together keeps it in its first.
+    pub(crate) looked_before: bool,
     /// What the waiting thread's watched pauses found lately (see `wait::Bursts`); a set of
     /// readers waited on together keeps it in its first.
     pub(crate) bursts: crate::wait::Bursts,
@@ -151,6 +155,7 @@ impl<T: Send + Sync + 'static> Reader<T> {
             empty_looks: 0,
             reported: pos,
             yielded_at: 0,
+            looked_before: false,
             bursts: crate::wait::Bursts::default(),
             waits_on: CountedWait::new(ProcessCount),
             #[cfg(feature = "async")]

@@ -261,42 +261,78 @@ fn stays<T: Send + Sync + 'static>(readers: &mut [Reader<T>]) -> bool {
         && taken_by_others(readers)
 }
 
-/// Runs shorter than this look once more before a pause that hands the core over ([`looks_before`]):
-/// their pause is under ~2 µs ([`batch_pause`]), about one switch between two threads on a core.
+/// Runs shorter than this look once more before a pause that hands the core over
+/// ([`looks_before`]): their pause is under ~2 µs ([`batch_pause`]), about one switch between two
+/// threads on a core.
 const LOOK_BEFORE_HANDING_OVER: u64 = 64;
 
 /// Whether a reader that caught up after a run of `fed` records looks once more before `pause`:
 /// where the run was short ([`LOOK_BEFORE_HANDING_OVER`]) and the pause yields to other threads
-/// waiting on its CPU ([`Pause::Yield`], or [`Pause::YieldFor`] unwatched, which a thread alone
-/// on its CPU never gets short of the cap; alone, it gets `Yield` only at its once-a-long-turn
-/// yield, where one more look is nothing).
+/// waiting on its CPU ([`hands_over`]), unless the wait before this one `looked` so and found
+/// records. Once between two hand-overs, then: a reader whose handling takes about as long as the
+/// stream's pace would otherwise find a record or two at every such look and keep the core from
+/// the threads it shares it with (another log's reader, say) until the kernel preempts it.
 ///
 /// Handing its run to its caller takes the reader time, and records published meanwhile are
 /// there to take: a yield hands the core to another reader for a turn (a switch, ~1.4–1.8 µs on
 /// the 2-core EPYC guest), and those records waited for that turn and the next switch back. A
-/// paced stream's readers sharing a core then took turns of one run each; now each takes what
-/// came during its run before it yields, and the other's turn starts that look and a record or
-/// two later. A long run (a saturated stream's) still yields first, so that readers sharing a
-/// core take turns and the records pile up, and a reader alone on its CPU pauses as before: a
-/// first form that looked before every short run's pause, alone or not, took the producer's
-/// freshly written lines a few records at a time there, and ran bursts of 1 / 10 / 100 (the
-/// Disruptor's benchmark) ×1.05 / ×1.08 / ×1.08 slower (8 rounds).
+/// paced stream's readers sharing a core took turns of one run each; now each takes what came
+/// during its run before it yields, and the other's turn starts that look and a record or two
+/// later. A long run (a saturated stream's) still yields first, so that readers sharing a core
+/// take turns and the records pile up, and a reader alone on its CPU pauses as before: a first
+/// form that looked before every short run's pause, alone or not, took the producer's freshly
+/// written lines a few records at a time there, and ran bursts of 1 / 10 / 100 (the Disruptor's
+/// benchmark) ×1.05 / ×1.08 / ×1.08 slower (8 rounds).
 ///
-/// Alternating runs of one build, with the look and without (the harness's ring-like
-/// single-producer topic on the 2-core EPYC guest, medians of 3 runs a round, the median of the
-/// rounds' ratios; lower is better for latency): 300 ns-paced 1→2 p50 ×0.78 and p90 ×0.91 (8
-/// rounds), 50 µs-paced 1→2 p90 ×0.76 and p50 ×1.00 (4), 2 µs-paced 1→2 p50 ×1.01 (6); saturated
-/// tput 1→2 / 1→4 ×1.00 / ×1.00 and batch ×0.96 / ×0.99 (6 and 4 rounds, higher is better, within
-/// the noise); readers alone on their CPU, which this does not change, alike. The harness's
-/// reader stamps each record with `Instant::now()` (~30 ns here), so a run of 15 takes ~0.5 µs
-/// to hand over. A scratch loop of two readers on one core, stamping so, showed the turns: one
-/// run each before, a run and then the one or two records that came during it now.
-fn looks_before(fed: u64, pause: &Pause) -> bool {
-    fed < LOOK_BEFORE_HANDING_OVER
-        && matches!(
-            pause,
-            Pause::Yield { .. } | Pause::YieldFor { watch: false, .. }
-        )
+/// Measured on the 2-core EPYC guest with the harness's ring-like single-producer topic (medians
+/// of 3 runs a round, the median of the rounds' ratios; lower is better for latency, higher for
+/// throughput). One binary with the look switched on and off by hand (unbounded): 300 ns-paced
+/// 1→2 p50 ×0.78 and p90 ×0.91 (8 rounds), 50 µs-paced 1→2 p90 ×0.76 and p50 ×1.00 (4), 2
+/// µs-paced 1→2 p50 ×1.01 (6); saturated tput 1→2 / 1→4 ×1.00 / ×1.00 and batch ×0.96 / ×0.99
+/// (6 and 4 rounds); readers alone on their CPU, which this does not change, alike. Against stop
+/// 76's engine, in the same 8 rounds: 300 ns-paced 1→2 p50 ×0.80 and p90 ×0.89 with the bound
+/// of once between hand-overs, ×0.77 and ×0.86 without it. The harness's reader stamps each
+/// record with `Instant::now()` (~30 ns here), so a run of 15 takes ~0.5 µs to hand over. A
+/// scratch loop of two readers on one core, stamping so, showed the turns: one run each before,
+/// a run and then the one or two records that came during it now.
+fn looks_before(fed: u64, pause: &Pause, looked: bool) -> bool {
+    !looked && fed < LOOK_BEFORE_HANDING_OVER && hands_over(pause)
+}
+
+/// Whether `pause` yields to other threads waiting on the thread's CPU: [`Pause::Yield`], or
+/// [`Pause::YieldFor`] unwatched, which a thread alone on its CPU never gets (alone, it gets
+/// `Yield` only at its once-a-long-turn yield, where one more look is nothing).
+#[inline(always)]
+fn hands_over(pause: &Pause) -> bool {
+    matches!(
+        pause,
+        Pause::Yield { .. } | Pause::YieldFor { watch: false, .. }
+    )
+}
+
+/// Where [`looks_before`] says so, [`look`] before `pause`, noting in the first reader whether it
+/// found records, so that the next pause hands the core over first. Out of line, and called only
+/// for a pause that [`hands_over`]: inlined into [`wait_any`] (without the call's guard), the
+/// look moved the code of a reader alone on its CPU, which never needs it, and that reader's
+/// saturated 1→1 ran ×0.87 and its batches ×0.74 against the build before (alternating
+/// binaries, 6 and 4 rounds), where one binary with the look switched on and off by hand had
+/// measured them alike.
+#[inline(never)]
+fn look_before_handing_over<T: Send + Sync + 'static>(
+    readers: &mut [Reader<T>],
+    from: usize,
+    waker: &Waker,
+    limit: u64,
+    fed: u64,
+    pause: &Pause,
+) -> Result<Option<Waited>, (usize, ReadError)> {
+    let looked = std::mem::take(&mut readers[0].looked_before);
+    if !looks_before(fed, pause, looked) {
+        return Ok(None);
+    }
+    let seen = look(readers, from, waker, limit);
+    readers[0].looked_before = matches!(seen, Ok(Some(_)));
+    seen
 }
 
 /// Whether every other reader of each of `readers`' logs has taken everything `readers` took, and
@@ -779,8 +815,11 @@ pub(crate) fn wait_any<T: Send + Sync + 'static>(
             if matches!(pause, Pause::Yield { .. }) && stays(readers) {
                 pause = Pause::Stay;
             }
-            if looks_before(fed, &pause) {
-                check!(readers, from, waker, limit);
+            if hands_over(&pause) {
+                if let Some(w) = look_before_handing_over(readers, from, waker, limit, fed, &pause)?
+                {
+                    return Ok(w);
+                }
             }
             let first = &mut readers[0];
             match pause {
@@ -1111,24 +1150,77 @@ mod tests {
                 matches!(pause, Pause::Yield { .. } | Pause::YieldFor { .. }),
                 "{fed}: {pause:?}"
             );
-            assert!(looks_before(fed, &pause), "{fed}: {pause:?}");
+            assert!(looks_before(fed, &pause, false), "{fed}: {pause:?}");
+            assert!(
+                !looks_before(fed, &pause, true),
+                "once between two hand-overs: {fed}"
+            );
         }
         // A long run, or a saturated stream's, yields first: the readers sharing the core take
         // turns and the records pile up meanwhile.
         for fed in [LOOK_BEFORE_HANDING_OVER, 600, 1 << 20] {
             let pause = since_long_ago(fed, false);
             assert!(matches!(pause, Pause::YieldFor { .. }), "{fed}: {pause:?}");
-            assert!(!looks_before(fed, &pause), "{fed}: {pause:?}");
+            assert!(!looks_before(fed, &pause, false), "{fed}: {pause:?}");
         }
         // A pause that keeps the core looks when it ends, as before: spin hints within a turn,
         // a watched pause alone on the CPU, a thread that stays.
         let within_a_turn = pause_after(2, t, || t + 300, || false);
         assert_eq!(within_a_turn, Pause::Spin(2));
-        assert!(!looks_before(2, &within_a_turn));
+        assert!(!looks_before(2, &within_a_turn, false));
         let alone = pause_after(20, t, || t + 300, || true);
         assert!(matches!(alone, Pause::Watch { .. }), "{alone:?}");
-        assert!(!looks_before(20, &alone));
-        assert!(!looks_before(1, &Pause::Stay));
+        assert!(!looks_before(20, &alone, false));
+        assert!(!looks_before(1, &Pause::Stay, false));
+    }
+
+    #[test]
+    fn a_look_before_handing_over_that_finds_records_hands_over_first_the_next_time() {
+        use crate::{Start, Topic, TopicConfig};
+        let topic = Topic::<u64>::new("look", TopicConfig::default().single_producer()).unwrap();
+        let mut reader = topic.reader(0, Start::Earliest).unwrap();
+        let waker = Arc::clone(reader.waker());
+        let readers = std::slice::from_mut(&mut reader);
+        let hand_over = Pause::Yield { now: 1 };
+        let nothing = look_before_handing_over(readers, 0, &waker, u64::MAX, 1, &hand_over);
+        assert!(matches!(nothing, Ok(None)), "nothing published yet");
+        assert!(
+            !readers[0].looked_before,
+            "found nothing: it hands over now"
+        );
+        topic.publish(5).unwrap();
+        let found = look_before_handing_over(readers, 0, &waker, u64::MAX, 1, &hand_over);
+        assert!(
+            matches!(found, Ok(Some(Waited::Ready(0)))),
+            "the record is found"
+        );
+        assert!(
+            readers[0].looked_before,
+            "found records: the next pause hands over first"
+        );
+        // The next pause that hands over does so without looking, though a record is there.
+        topic.publish(6).unwrap();
+        let skipped = look_before_handing_over(readers, 0, &waker, u64::MAX, 1, &hand_over);
+        assert!(matches!(skipped, Ok(None)), "once between two hand-overs");
+        assert!(!readers[0].looked_before, "and the one after looks again");
+        let again = look_before_handing_over(readers, 0, &waker, u64::MAX, 1, &hand_over);
+        assert!(matches!(again, Ok(Some(Waited::Ready(0)))));
+        // A long run hands over first, whatever came.
+        readers[0].looked_before = false;
+        let long = look_before_handing_over(
+            readers,
+            0,
+            &waker,
+            u64::MAX,
+            LOOK_BEFORE_HANDING_OVER,
+            &hand_over,
+        );
+        assert!(matches!(long, Ok(None)));
+        let mut taken = Vec::new();
+        while let Ok(batch) = reader.try_next_batch(16) {
+            taken.extend(batch.values().copied());
+        }
+        assert_eq!(taken, [5, 6], "the looks took nothing");
     }
 
     #[test]
