@@ -301,7 +301,7 @@ const LOOK_BEFORE_HANDING_OVER: u64 = 64;
 /// handling each record for 100–150 ns and a reader of a 20 µs-paced topic on one core (4–6
 /// rounds a setting, against stop 76's engine): the busy reader's p50 ×0.55–0.6 (6.1–8.4 µs →
 /// 3.6–5.0), the sparse one's p50 noisy (0.15–3.2 µs → 0.4–3.2) and its p90 ×1.1–1.4 (6.5–10.0
-/// µs → 8.2–15.1, one round 154).
+/// µs → 8.2–15.1, one round 154 µs).
 fn looks_before(fed: u64, pause: &Pause, looked: bool) -> bool {
     !looked && fed < LOOK_BEFORE_HANDING_OVER && hands_over(pause)
 }
