@@ -19,8 +19,8 @@
 //! CPU (the process counts them by CPU: `WaitersByCpu` in `sync`) spins through every pause short
 //! of the cap instead, watching it, polls on where its yielding phase would yield (`round_end`),
 //! and yields once in 50 µs: there is nobody to take turns with, and a yield, 0.2–0.75 µs even
-//! alone, is a window records land in. A thread that shares its CPU with another
-//! waiting thread skips the first polling phase instead: the core is better spent on the other.
+//! alone, is a window records land in. A thread that shares its CPU with another waiting thread
+//! skips the first polling phase instead: the core is better spent on the other.
 //! Where that other is the only one, and every other reader of its logs has taken the short run
 //! this thread just took (the other read it while this one was away), the thread keeps the core
 //! after the run instead of yielding, and polls a round before its first yield (`stays`): each
@@ -338,7 +338,8 @@ fn look_before_handing_over<T: Send + Sync + 'static>(
         return Ok(None);
     }
     let seen = look(readers, from, waker, limit);
-    readers[0].looked_before = matches!(seen, Ok(Some(_)));
+    // Records only: an interrupt ends the wait and says nothing about the turns.
+    readers[0].looked_before = matches!(seen, Ok(Some(Waited::Ready(_))));
     seen
 }
 
@@ -1194,6 +1195,13 @@ mod tests {
         assert!(
             !readers[0].looked_before,
             "found nothing: it hands over now"
+        );
+        waker.interrupt();
+        let interrupted = look_before_handing_over(readers, 0, &waker, u64::MAX, 1, &hand_over);
+        assert!(matches!(interrupted, Ok(Some(Waited::Interrupted))));
+        assert!(
+            !readers[0].looked_before,
+            "an interrupt is no records: the next pause still looks first"
         );
         topic.publish(5).unwrap();
         let found = look_before_handing_over(readers, 0, &waker, u64::MAX, 1, &hand_over);
