@@ -198,6 +198,32 @@ fn a_join_reaches_a_member_in_a_long_polling_phase() {
     );
 }
 
+/// A rebalance reaches a member in its yielding phase, where a thread alone on its CPU polls on
+/// between its yields: the interrupt publishes nothing, so a look at the published ends alone
+/// cannot see it. `busy_spin` never parks, so otherwise the member would wait for ever.
+#[test]
+fn a_join_reaches_a_member_in_its_yielding_phase() {
+    let wait = WaitStrategy::busy_spin();
+    let t = Topic::<u64>::new("t", TopicConfig::default().partitions(2).wait(wait)).unwrap();
+    let group = t.group("g").unwrap();
+    let mut a = group.join("a").unwrap();
+    assert!(matches!(a.poll(1), Err(GroupError::Rebalanced(r)) if r.assigned == [0, 1]));
+    let (tx, rx) = std::sync::mpsc::channel();
+    thread::spawn(move || {
+        tx.send(a.poll_timeout(1, Duration::from_secs(600)).map(|b| b.len()))
+            .unwrap();
+    });
+    thread::sleep(Duration::from_millis(20)); // past its polls, yielding
+    let _b = group.join("b").unwrap();
+    let got = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the yielding member never heard of the rebalance");
+    assert!(
+        matches!(got, Err(GroupError::Rebalanced(ref r)) if r.revoked == [1]),
+        "{got:?}"
+    );
+}
+
 #[test]
 fn a_member_without_partitions_sleeps_until_the_group_changes() {
     let t = topic(1);

@@ -364,6 +364,37 @@ fn a_close_reaches_a_reader_in_a_long_polling_phase() {
     }
 }
 
+/// A close reaches a reader in its yielding phase, whatever it does there (polls between yields,
+/// only yields, or polls on alone on its CPU): a close publishes nothing, so a look at the
+/// published end alone cannot see it. Otherwise each reader here would yield for an hour, and
+/// the busy spinner for ever.
+#[test]
+fn a_close_reaches_a_reader_in_its_yielding_phase() {
+    for (kind, wait) in yielding_for_an_hour() {
+        for config in [
+            TopicConfig::<u64>::default().single_producer(),
+            TopicConfig::default(),
+        ] {
+            let topic = Topic::<u64>::new("yielding", config.wait(wait)).unwrap();
+            let mut reader = topic.reader(0, Start::Earliest).unwrap();
+            let (tx, rx) = mpsc::channel();
+            thread::spawn(move || {
+                tx.send(reader.next().map(|r| *r.value())).unwrap();
+                tx.send(reader.next().map(|r| *r.value())).unwrap();
+            });
+            topic.publish(3).unwrap();
+            assert_eq!(rx.recv().unwrap(), Ok(3), "{kind}");
+            thread::sleep(Duration::from_millis(20)); // past its polls, into its yields
+            topic.close();
+            let got = rx
+                .recv_timeout(Duration::from_secs(30))
+                .unwrap_or_else(|_| panic!("{kind}: the yielding reader never saw the close"));
+            assert_eq!(got, Err(ReadError::Closed), "{kind}");
+            assert_eq!(topic.stats().partitions[0].parked_readers, 0, "{kind}");
+        }
+    }
+}
+
 /// `WaitStrategy::busy_spin` never parks: neither a reader waiting on a quiet topic nor a
 /// publisher blocked by `Overflow::Block`. Both stay runnable ('R', running or yielding, never
 /// asleep in the kernel) however long they wait, and what ends their waits needs no wake-up call.
