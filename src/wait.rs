@@ -332,7 +332,7 @@ fn look_before_handing_over<T: Send + Sync + 'static>(
     limit: u64,
     fed: u64,
     pause: &Pause,
-) -> Result<Option<Waited>, (usize, ReadError)> {
+) -> Look {
     let looked = std::mem::take(&mut readers[0].looked_before);
     if !looks_before(fed, pause, looked) {
         return Ok(None);
@@ -638,6 +638,10 @@ fn polls_between_yields(wait: &WaitStrategy) -> u32 {
     wait.spin_polls / 4
 }
 
+/// What one look says: the wait is over (`Some`: records ready, or an interrupt), it goes on
+/// (`None`), or a reader's error with that reader's index ([`look`], [`look_hinted`]).
+type Look = Result<Option<Waited>, (usize, ReadError)>;
+
 /// How a wait ended.
 pub(crate) enum Waited {
     /// Reader `i` has records ready.
@@ -719,7 +723,7 @@ fn look<T: Send + Sync + 'static>(
     from: usize,
     waker: &Waker,
     limit: u64,
-) -> Result<Option<Waited>, (usize, ReadError)> {
+) -> Look {
     if waker.take_interrupt() {
         return Ok(Some(Waited::Interrupted));
     }
@@ -766,7 +770,7 @@ fn look_hinted<T: Send + Sync + 'static>(
     from: usize,
     waker: &Waker,
     limit: u64,
-) -> Result<Option<Waited>, (usize, ReadError)> {
+) -> Look {
     let n = readers.len();
     let mut i = if from < n { from } else { from % n.max(1) };
     for _ in 0..n {
@@ -1643,7 +1647,7 @@ mod tests {
     #[test]
     fn the_polling_look_finds_what_the_full_look_finds() {
         use crate::{Overflow, Start, Topic, TopicConfig};
-        let ready = |w: Result<Option<Waited>, (usize, ReadError)>| match w {
+        let ready = |w: Look| match w {
             Ok(Some(Waited::Ready(i))) => Some(i),
             Ok(None) => None,
             Ok(Some(Waited::Interrupted)) => panic!("interrupted"),
