@@ -178,24 +178,7 @@ fn a_join_reaches_a_member_in_a_long_polling_phase() {
     let wait = WaitStrategy::default()
         .spin_polls(u32::MAX)
         .yield_for(Duration::from_secs(3600));
-    let t = Topic::<u64>::new("t", TopicConfig::default().partitions(2).wait(wait)).unwrap();
-    let group = t.group("g").unwrap();
-    let mut a = group.join("a").unwrap();
-    assert!(matches!(a.poll(1), Err(GroupError::Rebalanced(r)) if r.assigned == [0, 1]));
-    let (tx, rx) = std::sync::mpsc::channel();
-    thread::spawn(move || {
-        tx.send(a.poll_timeout(1, Duration::from_secs(600)).map(|b| b.len()))
-            .unwrap();
-    });
-    thread::sleep(Duration::from_millis(20)); // polling its two empty partitions
-    let _b = group.join("b").unwrap();
-    let got = rx
-        .recv_timeout(Duration::from_secs(30))
-        .expect("the polling member never heard of the rebalance");
-    assert!(
-        matches!(got, Err(GroupError::Rebalanced(ref r)) if r.revoked == [1]),
-        "{got:?}"
-    );
+    a_join_reaches_a_waiting_member(wait, "polling");
 }
 
 /// A rebalance reaches a member in its yielding phase, where a thread alone on its CPU polls on
@@ -203,7 +186,12 @@ fn a_join_reaches_a_member_in_a_long_polling_phase() {
 /// cannot see it. `busy_spin` never parks, so otherwise the member would wait for ever.
 #[test]
 fn a_join_reaches_a_member_in_its_yielding_phase() {
-    let wait = WaitStrategy::busy_spin();
+    a_join_reaches_a_waiting_member(WaitStrategy::busy_spin(), "yielding");
+}
+
+/// A member of a two-partition topic waits with `wait` on its empty partitions for 20 ms (`how`
+/// it waits by then), and a second member's join must revoke partition 1 from it.
+fn a_join_reaches_a_waiting_member(wait: WaitStrategy, how: &str) {
     let t = Topic::<u64>::new("t", TopicConfig::default().partitions(2).wait(wait)).unwrap();
     let group = t.group("g").unwrap();
     let mut a = group.join("a").unwrap();
@@ -213,14 +201,14 @@ fn a_join_reaches_a_member_in_its_yielding_phase() {
         tx.send(a.poll_timeout(1, Duration::from_secs(600)).map(|b| b.len()))
             .unwrap();
     });
-    thread::sleep(Duration::from_millis(20)); // past its polls, yielding
+    thread::sleep(Duration::from_millis(20));
     let _b = group.join("b").unwrap();
     let got = rx
         .recv_timeout(Duration::from_secs(30))
-        .expect("the yielding member never heard of the rebalance");
+        .unwrap_or_else(|_| panic!("the {how} member never heard of the rebalance"));
     assert!(
         matches!(got, Err(GroupError::Rebalanced(ref r)) if r.revoked == [1]),
-        "{got:?}"
+        "{how}: {got:?}"
     );
 }
 
