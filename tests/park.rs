@@ -385,12 +385,21 @@ fn a_close_reaches_a_reader_in_its_yielding_phase() {
             topic.publish(3).unwrap();
             assert_eq!(rx.recv().unwrap(), Ok(3), "{kind}");
             thread::sleep(Duration::from_millis(20)); // past its polls, into its yields
+            assert_eq!(
+                topic.stats().partitions[0].parked_readers,
+                0,
+                "{kind}: still yielding"
+            );
             topic.close();
             let got = rx
                 .recv_timeout(Duration::from_secs(30))
                 .unwrap_or_else(|_| panic!("{kind}: the yielding reader never saw the close"));
             assert_eq!(got, Err(ReadError::Closed), "{kind}");
-            assert_eq!(topic.stats().partitions[0].parked_readers, 0, "{kind}");
+            assert_eq!(
+                topic.stats().partitions[0].wakeups,
+                0,
+                "{kind}: seen while yielding, with no wake-up"
+            );
         }
     }
 }
