@@ -332,7 +332,7 @@ fn a_deadline_ends_the_yielding_phase() {
         assert_eq!(
             topic.stats().partitions[0].parks,
             0,
-            "{kind}: timed out while yielding, never parked"
+            "{kind}: timed out without parking"
         );
     }
 }
