@@ -639,7 +639,8 @@ fn polls_between_yields(wait: &WaitStrategy) -> u32 {
 }
 
 /// What one look says: the wait is over (`Some`: records ready, or an interrupt), it goes on
-/// (`None`), or a reader's error with that reader's index ([`look`], [`look_hinted`]).
+/// (`None`), or a reader's error with that reader's index ([`look`], [`look_hinted`],
+/// [`look_before_handing_over`]).
 type Look = Result<Option<Waited>, (usize, ReadError)>;
 
 /// How a wait ended.
