@@ -613,6 +613,57 @@ fn a_polling_reader_stores_its_position_at_its_next_look() {
     }
 }
 
+/// A reader polling `try_next` at the end of the log, many times over (the look a single
+/// producer's reader then runs is its watermark's load and the close check), still sees what
+/// comes: records in the next segment, the exact lag when retention passes it, and the close.
+#[test]
+fn a_reader_polling_at_the_end_sees_records_lag_and_close() {
+    for config in both_modes() {
+        let t = topic(
+            config
+                .max_records(16)
+                .overflow(logbus::Overflow::DropOldest),
+        );
+        let mut r = t.reader(0, Start::Earliest).unwrap();
+        let poll_empty = |r: &mut logbus::Reader<u64>| {
+            for _ in 0..100 {
+                assert_eq!(r.try_next().unwrap_err(), ReadError::Empty);
+                assert_eq!(r.try_next_batch(4).unwrap_err(), ReadError::Empty);
+            }
+        };
+        poll_empty(&mut r);
+        // Up to the segment's end (8 slots), then past it while the reader polls between.
+        for i in 0..8 {
+            t.publish(i).unwrap();
+        }
+        let first: Vec<u64> = r.try_next_batch(100).unwrap().values().copied().collect();
+        assert_eq!(
+            first,
+            (0..8).collect::<Vec<_>>(),
+            "a batch stops at the segment's end"
+        );
+        poll_empty(&mut r);
+        t.publish(8).unwrap();
+        assert_eq!(*r.try_next().unwrap(), 8, "the next segment's first record");
+        poll_empty(&mut r);
+        // Retention (16 records) passes the polling reader: the lag comes whole, once.
+        for i in 9..60 {
+            t.publish(i).unwrap();
+        }
+        let start = t.stats().partitions[0].start;
+        assert!(start > 9, "retention passed the reader");
+        assert_eq!(r.try_next().unwrap_err(), ReadError::Lagged(start - 9));
+        for i in start..60 {
+            assert_eq!(*r.try_next().unwrap(), i);
+        }
+        poll_empty(&mut r);
+        assert_eq!(t.stats().partitions[0].readers[0].position, 60, "stored");
+        t.close();
+        assert_eq!(r.try_next().unwrap_err(), ReadError::Closed);
+        assert_eq!(r.try_next_batch(4).unwrap_err(), ReadError::Closed);
+    }
+}
+
 #[test]
 fn topics_without_timestamps() {
     let t = topic(TopicConfig::default().timestamps(false));
