@@ -246,8 +246,7 @@ impl<T: Send + Sync + 'static> Reader<T> {
 
     /// Whether a look-up ([`Reader::poll_ready`]) may find records now, by a load or two (see
     /// [`Log::may_be_published`]): for a polling loop that has looked up everything found so
-    /// far, and runs the look-up again only once this says yes (see `wait::look_hinted`). A
-    /// single producer's look-up asks it first too, and ends on a no (see `refresh_as`).
+    /// far, and runs the look-up again only once this says yes (see `wait::look_hinted`).
     #[inline(always)]
     pub(crate) fn may_be_ready(&self) -> bool {
         self.log.may_be_published(self.seg.as_deref(), self.next)
@@ -448,14 +447,6 @@ impl<T: Send + Sync + 'static> Reader<T> {
     /// all the same) for a look that does not hand errors to the caller ([`Reader::look_again`]).
     #[inline(always)]
     fn refresh_as<const TAKE_LAG: bool>(&mut self, limit: u64) -> Result<bool, ReadError> {
-        // One producer, and the position already stored: when the watermark has not moved past
-        // it, that load says the look finds nothing, and the rest of the look-up would say the
-        // same: no lag (retention never passes the end, which the position is at), no segment to
-        // take (it stays held until records come). A reader polling `try_next` in its own loop
-        // then polls a load and the close check, where it ran the whole look-up each time.
-        if self.log.single_producer() && self.reported == self.next && !self.may_be_ready() {
-            return self.found_nothing();
-        }
         let limit = limit.max(SCAN);
         let start = self.log.start();
         if self.next < start {
@@ -509,13 +500,6 @@ impl<T: Send + Sync + 'static> Reader<T> {
                 return Ok(true);
             }
         }
-        self.found_nothing()
-    }
-
-    /// The end of a look-up that found nothing at the position: caught up, counting towards
-    /// watching the writer's end, and `Closed` once the log is closed and read to its end.
-    #[inline(always)]
-    fn found_nothing(&mut self) -> Result<bool, ReadError> {
         self.caught_up_at = self.next;
         if !self.watching {
             // Nothing new, again: it waits at the end and will look again soon, so the writer
