@@ -104,7 +104,10 @@
 //!   many-producer log's stamp and flag are loaded as a scan loads them, Acquire). Nothing is
 //!   read through it: a hint that says yes only lets that reader's look-up run
 //!   (`Reader::poll_ready`), which loads the watermark again with Acquire, and one that says no,
-//!   read stale, only delays that look-up to a later poll (the store is seen in finite time).
+//!   read stale, only delays that look-up to a later poll (the store is seen in finite time). A
+//!   single producer's reader whose position is stored also ends a look-up on a no
+//!   (`Reader::refresh_as`): it returns `Empty`, or `Closed` from the Acquire load of `state`,
+//!   which a stale watermark cannot make wrong (`Closed` needs the position at `final_end`).
 //! - `start`: Release store after unlinking trimmed segments; Acquire load by readers.
 //! - `installed`: Release store after the directory entry; Acquire load before a lookup.
 //! - `final_end`: stored (Release) before `state` gets `FINAL`; readers load `state` with Acquire.
@@ -740,11 +743,13 @@ impl<T: Send + Sync + 'static> Log<T> {
     /// ([`Log::ready_end`], the retention and close checks around it) only once this says yes
     /// (see `wait::look_hinted`): a close, which publishes nothing, is found by the full look
     /// that the loop runs every so often anyway. One producer's watermark alone says it: below
-    /// `offset` there is nothing to look up, in `seg` or past it.
+    /// `offset` there is nothing to look up, in `seg` or past it (so a single producer's reader
+    /// also ends a look-up that finds nothing on it, `Reader::refresh_as`).
     #[inline(always)]
     pub(crate) fn may_be_published(&self, seg: Option<&Segment<T>>, offset: u64) -> bool {
         if self.single {
-            // Relaxed: a hint (see Orderings); the look-up loads the watermark again.
+            // Relaxed: a hint (see Orderings); a look-up it lets run loads the watermark again,
+            // and one it ends reads nothing.
             return self.watermark.load(Ordering::Relaxed) > offset;
         }
         seg.is_none_or(|seg| {
