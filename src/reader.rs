@@ -217,12 +217,17 @@ impl<T: Send + Sync + 'static> Reader<T> {
     /// Starts loading the next record's cache line (a hint): for a reader that waited for it,
     /// whose record was just written on the producer's core.
     pub(crate) fn prefetch_next(&self) {
-        if let Some(seg) = self.seg.as_deref() {
-            let i = self.next.wrapping_sub(seg.base());
-            if i < seg.len() as u64 {
-                seg.prefetch_value(i as usize);
-            }
+        if let Some((seg, i)) = self.slot_of_position() {
+            seg.prefetch_value(i);
         }
+    }
+
+    /// The segment held and the position's slot in it, if the position is in that segment.
+    #[inline(always)]
+    fn slot_of_position(&self) -> Option<(&crate::log::segment::Segment<T>, usize)> {
+        let seg = self.seg.as_deref()?;
+        let i = self.next.wrapping_sub(seg.base());
+        (i < seg.len() as u64).then_some((seg, i as usize))
     }
 
     /// Where the records looked up so far end (the position, when none are waiting).
@@ -247,18 +252,11 @@ impl<T: Send + Sync + 'static> Reader<T> {
     /// Whether a look-up ([`Reader::poll_ready`]) may find records now, by a load or two (see
     /// [`Log::may_be_published`]): for a polling loop that has looked up everything found so
     /// far, and runs the look-up again only once this says yes (see `wait::look_hinted`). A
-    /// single producer's look-up asks it first too, and ends on a no (see `refresh_as`).
+    /// single producer's look-up inside the segment it holds asks it first too, and ends on a
+    /// no (see `refresh_as`).
     #[inline(always)]
     pub(crate) fn may_be_ready(&self) -> bool {
         self.log.may_be_published(self.seg.as_deref(), self.next)
-    }
-
-    /// Whether the segment this reader holds is the one its position is in.
-    #[inline(always)]
-    fn holds_position(&self) -> bool {
-        self.seg
-            .as_deref()
-            .is_some_and(|seg| self.next.wrapping_sub(seg.base()) < seg.len() as u64)
     }
 
     /// Whether records already looked up are waiting to be taken.
@@ -469,7 +467,7 @@ impl<T: Send + Sync + 'static> Reader<T> {
         // it could not replay (stop 79; why was not found). With it the model passes as before.
         if self.log.single_producer()
             && self.reported == self.next
-            && self.holds_position()
+            && self.slot_of_position().is_some()
             && !self.may_be_ready()
         {
             return self.found_nothing();
