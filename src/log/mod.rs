@@ -105,9 +105,10 @@
 //!   read through it: a hint that says yes only lets that reader's look-up run
 //!   (`Reader::poll_ready`), which loads the watermark again with Acquire, and one that says no,
 //!   read stale, only delays that look-up to a later poll (the store is seen in finite time). A
-//!   single producer's reader whose position is stored also ends a look-up on a no
-//!   (`Reader::refresh_as`): it returns `Empty`, or `Closed` from the Acquire load of `state`,
-//!   which a stale watermark cannot make wrong (`Closed` needs the position at `final_end`).
+//!   single producer's reader whose position is stored and inside the segment it holds also
+//!   ends a look-up on a no (`Reader::refresh_as`): it returns `Empty`, or `Closed` from the
+//!   Acquire load of `state`, which a stale watermark cannot make wrong (`Closed` needs the
+//!   position at `final_end`).
 //! - `start`: Release store after unlinking trimmed segments; Acquire load by readers.
 //! - `installed`: Release store after the directory entry; Acquire load before a lookup.
 //! - `final_end`: stored (Release) before `state` gets `FINAL`; readers load `state` with Acquire.
