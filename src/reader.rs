@@ -461,10 +461,9 @@ impl<T: Send + Sync + 'static> Reader<T> {
         // close check, where it ran the whole look-up each time: bursts of one through such a
         // loop, the Disruptor's time over logbus's ~0.84–0.87 → ~0.88–0.90 (scratch, alternating
         // binaries, 8–10 rounds a set). A position past the held segment's end takes the whole
-        // look-up, which lets that segment go and takes the next: without that condition a reader
-        // waiting at a segment's end held the old one until records came, and a loom model
-        // (`blocked_publisher_and_parked_reader_wake_each_other`) ran ~5 minutes into a state
-        // it could not replay (stop 79; why was not found). With it the model passes as before.
+        // look-up, which lets that segment go and takes the next as soon as it is installed.
+        // (Without that condition, stop 79, a loom model ran into a state it could not replay;
+        // the cause was the models' epoch registration, not this look: see `sync::Epoch`.)
         if self.log.single_producer()
             && self.reported == self.next
             && self.slot_of_position().is_some()

@@ -829,15 +829,44 @@ pub(crate) fn heavy_barrier() {
 
 /// Pins threads for crossbeam-epoch. Outside loom it is the process-wide default collector (pinning
 /// through a thread-local handle costs a few nanoseconds); under loom each log owns a `Collector` so
-/// every model iteration starts clean.
+/// every model iteration starts clean, and each modelled thread keeps one handle on it, registered
+/// at its first pin, as a thread's handle on the default collector stays registered.
+///
+/// Why one handle a thread under loom, not one a pin: crossbeam-epoch inserts a registered handle
+/// into its list of participants with a compare-exchange on the list's head, which compares
+/// addresses, and loom may hand that insert a stale head. The exchange then succeeds only where
+/// a participant freed earlier in the same run left its address to the new one, which depends on
+/// the allocator's state, not on loom's choices: a replay of the same choices took the other
+/// branch, and loom stopped with "Reached unexpected exploration state. Is the model fully
+/// deterministic?" (stop 80 found it by recording the call stack at every loom branch and
+/// comparing it on replay: a first register retried the exchange, its replay did not). A
+/// register a pin made that likely in models that pin often, such as a reader that looks up
+/// the next segment at every look (`blocked_publisher_and_parked_reader_wake_each_other`, stop 79).
+/// With one registration a thread, no participant is freed while the log lives.
 pub(crate) struct Epoch {
+    /// Declared before the collector, so dropped first: each handle leaves the list, and the
+    /// collector's last reference then runs what is left.
+    #[cfg(loom)]
+    handles: std::sync::Mutex<Vec<(loom::thread::ThreadId, Box<LoomHandle>)>>,
     #[cfg(loom)]
     collector: crossbeam_epoch::Collector,
 }
 
+/// A modelled thread's handle on a log's collector (see [`Epoch`]).
+#[cfg(loom)]
+struct LoomHandle(crossbeam_epoch::LocalHandle);
+
+// SAFETY: loom runs every modelled thread of a model on one OS thread, and only the modelled
+// thread that registered a handle pins through it (`Epoch::pin` looks it up by that thread's id);
+// the others, and the `Epoch`'s drop, only move the box.
+#[cfg(loom)]
+unsafe impl Send for LoomHandle {}
+
 impl Epoch {
     pub(crate) fn new() -> Self {
         Epoch {
+            #[cfg(loom)]
+            handles: std::sync::Mutex::new(Vec::new()),
             #[cfg(loom)]
             collector: crossbeam_epoch::Collector::new(),
         }
@@ -849,7 +878,38 @@ impl Epoch {
         #[cfg(not(loom))]
         return crossbeam_epoch::pin();
         #[cfg(loom)]
-        return self.collector.register().pin();
+        {
+            // Std's lock, held over no step of the model: registering and pinning are loom's
+            // steps, at which loom may run another modelled thread, which may pin too (on this
+            // same OS thread). So the look-up and the push each take it alone.
+            let me = loom::thread::current().id();
+            let find = |me| {
+                let handles = unpoisoned(self.handles.lock());
+                handles
+                    .iter()
+                    .find(|(id, _)| *id == me)
+                    .map(|(_, h)| std::ptr::from_ref::<LoomHandle>(h))
+            };
+            let handle = match find(me) {
+                Some(h) => h,
+                None => {
+                    let registered = Box::new(LoomHandle(self.collector.register()));
+                    let h = std::ptr::from_ref::<LoomHandle>(&registered);
+                    unpoisoned(self.handles.lock()).push((me, registered));
+                    h
+                }
+            };
+            // SAFETY: the box is never dropped or moved out of before `self` is (entries are only
+            // pushed), so the handle lives while `&self` does; and only this modelled thread uses it.
+            let guard = unsafe { (*handle).0.pin() };
+            // Hand this thread's deferred releases over and try to advance the epoch at every pin,
+            // as the registration a pin used to make did (a new participant's first pin collects,
+            // and its unregistering hands its deferred releases over): reclamation then runs as
+            // early as the epoch allows, in between the model's other steps. Outside loom the
+            // collector does that every 128 pins of a thread, and at a trim's flush.
+            guard.flush();
+            return guard;
+        }
     }
 }
 
