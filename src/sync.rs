@@ -835,14 +835,15 @@ pub(crate) fn heavy_barrier() {
 /// Why one handle a thread under loom, not one a pin: crossbeam-epoch inserts a registered handle
 /// into its list of participants with a compare-exchange on the list's head, which compares
 /// addresses, and loom may hand that insert a stale head. The exchange then succeeds only where
-/// a participant freed earlier in the same run left its address to the new one, which depends on
-/// the allocator's state, not on loom's choices: a replay of the same choices took the other
-/// branch, and loom stopped with "Reached unexpected exploration state. Is the model fully
-/// deterministic?" (stop 80 found it by recording the call stack at every loom branch and
-/// comparing it on replay: a first register retried the exchange, its replay did not). A
-/// register a pin made that likely in models that pin often, such as a reader that looks up
-/// the next segment at every look (`blocked_publisher_and_parked_reader_wake_each_other`, stop 79).
-/// With one registration a thread, no participant is freed while the log lives.
+/// the current head was allocated at the address of the freed participant the stale value names,
+/// which depends on the allocator's state, not on loom's choices: a replay of the same choices
+/// took the other branch, and loom stopped with "Reached unexpected exploration state. Is the
+/// model fully deterministic?" (stop 80 found it by recording the call stack at every loom branch
+/// and comparing it on replay: a register retried the exchange, its replay did not). Registering
+/// at every pin made that likely in models that pin often, such as a reader that looks up the
+/// next segment at every look (`blocked_publisher_and_parked_reader_wake_each_other`, stop 79).
+/// With one registration a thread, no participant is freed while the log lives; each pin still
+/// flushes (see `Epoch::pin`), so reclamation runs between the models' steps as it did.
 pub(crate) struct Epoch {
     /// Declared before the collector, so dropped first: each handle leaves the list, and the
     /// collector's last reference then runs what is left.
