@@ -859,7 +859,9 @@ struct LoomHandle(crossbeam_epoch::LocalHandle);
 
 // SAFETY: loom runs every modelled thread of a model on one OS thread, and only the modelled
 // thread that registered a handle pins through it (`Epoch::pin` looks it up by that thread's id);
-// the others, and the `Epoch`'s drop, only move the box.
+// the others never touch it, and the `Epoch`'s drop, which unregisters them all, runs when no
+// thread can pin through its log any more (and none holds a guard: guards end in the scope that
+// pinned).
 #[cfg(loom)]
 unsafe impl Send for LoomHandle {}
 
