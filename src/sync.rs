@@ -884,24 +884,18 @@ impl Epoch {
         {
             // Std's lock, held over no step of the model: registering and pinning are loom's
             // steps, at which loom may run another modelled thread, which may pin too (on this
-            // same OS thread). So the look-up and the push each take it alone.
+            // same OS thread). So the look-up and the push each take it for their statement only.
             let me = loom::thread::current().id();
-            let find = |me| {
-                let handles = unpoisoned(self.handles.lock());
-                handles
-                    .iter()
-                    .find(|(id, _)| *id == me)
-                    .map(|(_, h)| std::ptr::from_ref::<LoomHandle>(h))
-            };
-            let handle = match find(me) {
-                Some(h) => h,
-                None => {
-                    let registered = Box::new(LoomHandle(self.collector.register()));
-                    let h = std::ptr::from_ref::<LoomHandle>(&registered);
-                    unpoisoned(self.handles.lock()).push((me, registered));
-                    h
-                }
-            };
+            let known = unpoisoned(self.handles.lock())
+                .iter()
+                .find(|(id, _)| *id == me)
+                .map(|(_, h)| std::ptr::from_ref::<LoomHandle>(h));
+            let handle = known.unwrap_or_else(|| {
+                let registered = Box::new(LoomHandle(self.collector.register()));
+                let h = std::ptr::from_ref::<LoomHandle>(&registered);
+                unpoisoned(self.handles.lock()).push((me, registered));
+                h
+            });
             // SAFETY: the box is never dropped or moved out of before `self` is (entries are only
             // pushed), so the handle lives while `&self` does; and only this modelled thread uses it.
             let guard = unsafe { (*handle).0.pin() };
